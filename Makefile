@@ -1,0 +1,165 @@
+# shoal — plain Makefile.  `make help` lists the targets.
+#
+# Layout: every component folder (common fetcher cache engine ...) builds
+# into one static library under build/; every tool folder under tools/ and
+# the daemon build one binary each into bin/.  Unit tests are one cmocka
+# program per tests/unit/<component>/test_*.c; integration tests are the
+# scripts tests/integration/test_*.sh.  tests/run.sh runs them all.
+
+CC        ?= cc
+BUILD     ?= build
+BIN       ?= bin
+OPT       ?= -O2
+SANITIZE  ?=
+PKGS      := libcurl sqlite3 libevent libevent_pthreads jansson libpcre2-8 \
+             cmocka libxxhash libcrypto
+
+# Evaluated lazily: pkg-config is only asked once the dependencies exist.
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+WARN      := -Wall -Wextra -Wshadow -Wformat=2 -Werror
+CFLAGS    ?=
+CFLAGS    += -std=c11 $(WARN) $(OPT) -g -D_GNU_SOURCE -pthread \
+             -I. $(SANITIZE) -MMD -MP
+LDFLAGS   += -pthread $(SANITIZE)
+LDLIBS    += -lm
+
+# ---- components (static libraries) --------------------------------------
+COMPONENTS := common fetcher cache engine
+common_SRC  := $(wildcard common/*.c)
+fetcher_SRC := $(wildcard fetcher/*.c)
+cache_SRC   := $(wildcard cache/*.c)
+engine_SRC  := $(filter-out engine/main.c,$(wildcard engine/*.c engine/kernels/*.c))
+
+# Per-file flags: ISA variants of the kernels are compiled for their ISA
+# only; the code that calls them checks the CPU once at start-up.
+$(BUILD)/engine/kernels/%_avx2.o:   XFLAGS := -mavx2 -mfma -mf16c
+$(BUILD)/engine/kernels/%_avx512.o: XFLAGS := -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni
+$(BUILD)/engine/kernels/%_avxvnni.o: XFLAGS := -mavx2 -mfma -mf16c -mavxvnni
+
+objs = $(patsubst %.c,$(BUILD)/%.o,$(1))
+lib  = $(BUILD)/lib$(1).a
+
+# Link order: users before what they use.
+ALL_LIBS := $(call lib,engine) $(call lib,fetcher) $(call lib,cache) $(call lib,common)
+
+# ---- binaries -------------------------------------------------------------
+# tools/<name>/*.c -> bin/<name>; daemon/*.c -> bin/shoald;
+# engine/main.c -> bin/shoal-engine.
+TOOLS    := $(notdir $(patsubst %/,%,$(dir $(wildcard tools/*/main.c))))
+BINARIES := $(addprefix $(BIN)/,$(TOOLS))
+ifneq ($(wildcard daemon/main.c),)
+BINARIES += $(BIN)/shoald
+endif
+ifneq ($(wildcard engine/main.c),)
+BINARIES += $(BIN)/shoal-engine
+endif
+
+# ---- tests and benchmarks ------------------------------------------------
+UNIT_SRC  := $(wildcard tests/unit/*/test_*.c)
+UNIT_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+TESTLIB_SRC := $(wildcard tests/lib/*.c)
+BENCH_SRC := $(wildcard bench/*/main.c)
+BENCH_BINS := $(patsubst bench/%/main.c,$(BUILD)/bench/%,$(BENCH_SRC))
+BENCHLIB_SRC := $(wildcard bench/lib/*.c)
+
+.PHONY: all deps test unit integration demo asan lint bench fuzz clean help tests-build
+.DEFAULT_GOAL := all
+
+all: check-deps $(BINARIES)
+
+help:
+	@echo "make          build every binary into bin/"
+	@echo "make deps     install what the build and tests need (apt-get, npm)"
+	@echo "make test     install what is missing, build, run every test"
+	@echo "make demo     run the end-to-end demo on a generated tiny model"
+	@echo "make asan     AddressSanitizer + UBSan build, then the tests"
+	@echo "make lint     banned functions, file and function sizes"
+	@echo "make bench    benchmarks; figures in bench/out/results.json"
+	@echo "make fuzz     libFuzzer targets for a bounded time (clang)"
+	@echo "make clean    remove build/, bin/ and generated output"
+
+deps:
+	@scripts/deps.sh
+
+check-deps:
+	@scripts/deps.sh --check || { echo "shoal: build dependencies are missing; run 'make deps' (or 'make test', which installs them)" >&2; exit 1; }
+
+.PHONY: check-deps
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(XFLAGS) $(PKG_CFLAGS) -c $< -o $@
+
+define LIB_RULE
+$(call lib,$(1)): $(call objs,$($(1)_SRC))
+	@mkdir -p $$(dir $$@)
+	rm -f $$@
+	ar rcs $$@ $$^
+endef
+$(foreach c,$(COMPONENTS),$(eval $(call LIB_RULE,$(c))))
+
+define TOOL_RULE
+$(BIN)/$(1): $(call objs,$(wildcard tools/$(1)/*.c)) $(ALL_LIBS)
+	@mkdir -p $(BIN)
+	$(CC) $(LDFLAGS) -o $$@ $$^ $$(PKG_LIBS) $(LDLIBS)
+endef
+$(foreach t,$(TOOLS),$(eval $(call TOOL_RULE,$(t))))
+
+$(BIN)/shoald: $(call objs,$(wildcard daemon/*.c)) $(ALL_LIBS)
+	@mkdir -p $(BIN)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+
+$(BIN)/shoal-engine: $(call objs,engine/main.c) $(ALL_LIBS)
+	@mkdir -p $(BIN)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/unit/%: tests/unit/%.c $(call objs,$(TESTLIB_SRC)) $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(call objs,$(TESTLIB_SRC)) $(ALL_LIBS) $(LDFLAGS) $(PKG_LIBS) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%/main.c $(call objs,$(BENCHLIB_SRC)) $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(call objs,$(BENCHLIB_SRC)) $(ALL_LIBS) $(LDFLAGS) $(PKG_LIBS) $(LDLIBS)
+
+tests-build: all $(UNIT_BINS)
+
+# `make test` installs what is missing first, then re-enters make so that
+# pkg-config sees the freshly installed packages.
+test:
+	@scripts/deps.sh --if-missing
+	@$(MAKE) --no-print-directory tests-build
+	@BUILD=$(BUILD) BIN=$(BIN) tests/run.sh
+
+unit integration:
+	@$(MAKE) --no-print-directory tests-build
+	@BUILD=$(BUILD) BIN=$(BIN) tests/run.sh --$@
+
+demo:
+	@scripts/deps.sh --if-missing
+	@$(MAKE) --no-print-directory all
+	@scripts/demo.sh
+
+asan:
+	@scripts/deps.sh --if-missing
+	@$(MAKE) --no-print-directory tests-build BUILD=build-asan BIN=build-asan/bin OPT=-O1 \
+	    SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	@BUILD=build-asan BIN=build-asan/bin ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 SHOAL_ASAN=1 tests/run.sh
+
+lint:
+	@scripts/lint.sh
+
+bench:
+	@scripts/deps.sh --if-missing
+	@$(MAKE) --no-print-directory all $(BENCH_BINS)
+	@BUILD=$(BUILD) BIN=$(BIN) scripts/bench.sh
+
+fuzz:
+	@scripts/fuzz.sh
+
+clean:
+	rm -rf build build-asan build-fuzz bin bench/out demo
+
+-include $(shell find $(BUILD) build-asan -name '*.d' 2>/dev/null)

@@ -1,0 +1,3 @@
+build/common/buf.o: common/buf.c common/buf.h common/err.h
+common/buf.h:
+common/err.h:
