@@ -41,8 +41,21 @@ $(BUILD)/engine/kernels/%_avxvnni.o: XFLAGS := -mavx2 -mfma -mf16c -mavxvnni
 objs = $(patsubst %.c,$(BUILD)/%.o,$(1))
 lib  = $(BUILD)/lib$(1).a
 
-# Link order: users before what they use.
+# Link order: users before what they use.  Each binary and test links only
+# the components it needs (so one component's half-written change does not
+# break another's build); unknown ones get everything.
 ALL_LIBS := $(call lib,engine) $(call lib,fetcher) $(call lib,cache) $(call lib,common)
+libs_for = $(if $(LIBS_$(1)),$(foreach c,$(LIBS_$(1)),$(call lib,$(c))),$(ALL_LIBS))
+LIBS_common   := common
+LIBS_fetcher  := fetcher common
+LIBS_cache    := cache common
+LIBS_engine   := engine common
+LIBS_mkmodel  := common
+LIBS_hubmock  := common
+LIBS_stinfo   := fetcher common
+LIBS_hubget   := fetcher common
+LIBS_shoald   := fetcher cache common
+LIBS_shoal-engine := engine common
 
 # ---- binaries -------------------------------------------------------------
 # tools/<name>/*.c -> bin/<name>; daemon/*.c -> bin/shoald;
@@ -101,27 +114,35 @@ endef
 $(foreach c,$(COMPONENTS),$(eval $(call LIB_RULE,$(c))))
 
 define TOOL_RULE
-$(BIN)/$(1): $(call objs,$(wildcard tools/$(1)/*.c)) $(ALL_LIBS)
+$(BIN)/$(1): $(call objs,$(wildcard tools/$(1)/*.c)) $(call libs_for,$(1))
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $$@ $$^ $$(PKG_LIBS) $(LDLIBS)
 endef
 $(foreach t,$(TOOLS),$(eval $(call TOOL_RULE,$(t))))
 
-$(BIN)/shoald: $(call objs,$(wildcard daemon/*.c)) $(ALL_LIBS)
+$(BIN)/shoald: $(call objs,$(wildcard daemon/*.c)) $(call libs_for,shoald)
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
 
-$(BIN)/shoal-engine: $(call objs,engine/main.c) $(ALL_LIBS)
+$(BIN)/shoal-engine: $(call objs,engine/main.c) $(call libs_for,shoal-engine)
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
 
-$(BUILD)/tests/unit/%: tests/unit/%.c $(call objs,$(TESTLIB_SRC)) $(ALL_LIBS)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(call objs,$(TESTLIB_SRC)) $(ALL_LIBS) $(LDFLAGS) $(PKG_LIBS) $(LDLIBS)
+define UNIT_RULE
+$(BUILD)/tests/unit/$(1)/%: tests/unit/$(1)/%.c $(call objs,$(TESTLIB_SRC)) $(call libs_for,$(1))
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS) $$(PKG_CFLAGS) -o $$@ $$< $(call objs,$(TESTLIB_SRC)) $(call libs_for,$(1)) $$(LDFLAGS) $$(PKG_LIBS) $$(LDLIBS)
+endef
+$(foreach c,$(COMPONENTS),$(eval $(call UNIT_RULE,$(c))))
 
-$(BUILD)/bench/%: bench/%/main.c $(call objs,$(BENCHLIB_SRC)) $(ALL_LIBS)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(call objs,$(BENCHLIB_SRC)) $(ALL_LIBS) $(LDFLAGS) $(PKG_LIBS) $(LDLIBS)
+define BENCH_RULE
+$(BUILD)/bench/$(1): $(wildcard bench/$(1)/*.c) $(call objs,$(BENCHLIB_SRC)) $(call libs_for,$(1))
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS) $$(PKG_CFLAGS) -o $$@ $(wildcard bench/$(1)/*.c) $(call objs,$(BENCHLIB_SRC)) $(call libs_for,$(1)) $$(LDFLAGS) $$(PKG_LIBS) $$(LDLIBS)
+endef
+BENCH_NAMES := $(patsubst bench/%/main.c,%,$(BENCH_SRC))
+LIBS_kernels := engine common
+$(foreach b,$(BENCH_NAMES),$(eval $(call BENCH_RULE,$(b))))
 
 tests-build: all $(UNIT_BINS)
 
