@@ -1,0 +1,539 @@
+/* client.c — shoald client: connection, request ids, reply demultiplexing.
+ *
+ * Replies come in any order.  GET items go to a FIFO that
+ * shoal_client_next() drains; a control call sends its request and reads
+ * until the reply with its id arrives, queueing any GET items on the way.
+ */
+#include "common/client.h"
+#include "common/path.h"
+#include "common/version.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define CLIENT_QUEUE_MAX 65536   /* items waiting; a runaway daemon is an error */
+
+struct shoal_client {
+    int         sock;
+    uint64_t    next_id;
+    uint64_t    session;
+    char        daemon_version[64];
+    int         call_timeout_ms;
+    int         dead;            /* the connection failed: every call fails */
+    shoal_item *queue;           /* FIFO of received GET items */
+    size_t      q_head, q_len, q_cap;
+    shoal_buf   body;
+    shoal_msg_builder msg;
+    char        where[SHOAL_PATH_MAX];
+};
+
+/* ---- item queue ------------------------------------------------------------ */
+
+static int queue_push(shoal_client *c, const shoal_item *it)
+{
+    if (c->q_len == c->q_cap) {
+        size_t ncap = c->q_cap ? c->q_cap * 2 : 64;
+        shoal_item *nq;
+        if (ncap > CLIENT_QUEUE_MAX)
+            return SHOAL_ETOOBIG;
+        nq = malloc(ncap * sizeof *nq);
+        if (!nq)
+            return SHOAL_ENOMEM;
+        for (size_t i = 0; i < c->q_len; i++)
+            nq[i] = c->queue[(c->q_head + i) % c->q_cap];
+        free(c->queue);
+        c->queue = nq;
+        c->q_cap = ncap;
+        c->q_head = 0;
+    }
+    c->queue[(c->q_head + c->q_len) % c->q_cap] = *it;
+    c->q_len++;
+    return 0;
+}
+
+static int queue_pop(shoal_client *c, shoal_item *out)
+{
+    if (c->q_len == 0)
+        return 0;
+    *out = c->queue[c->q_head];
+    c->q_head = (c->q_head + 1) % c->q_cap;
+    c->q_len--;
+    return 1;
+}
+
+/* ---- receiving ------------------------------------------------------------- */
+
+static int client_fail(shoal_client *c, int rc, shoal_err *err)
+{
+    c->dead = 1;
+    if (rc == SHOAL_ENET)
+        return shoal_err_set(err, SHOAL_ENET,
+                             "shoald closed the connection (%s): it may have stopped; check its log",
+                             c->where);
+    return shoal_err_wrap(err, rc, "talking to shoald (%s)", c->where);
+}
+
+static int decode_item(const shoal_msg_header *h, shoal_msg_reader *r, int fd, shoal_item *it)
+{
+    const uint8_t *sum;
+    memset(it, 0, sizeof *it);
+    it->request = h->id;
+    it->last = (h->flags & SHOAL_MSG_F_LAST) != 0;
+    it->index = shoal_rd_u16(r);
+    it->status = shoal_rd_i32(r);
+    it->source = shoal_rd_u8(r);
+    it->offset = shoal_rd_u64(r);
+    it->length = shoal_rd_u64(r);
+    sum = shoal_rd_bytes(r, 16);
+    if (sum)
+        memcpy(it->xxh128, sum, 16);
+    it->fd = fd;
+    if (shoal_rd_finish(r))
+        return SHOAL_EPROTO;
+    if ((it->status == 0) != (fd >= 0) || it->status > 0)
+        return SHOAL_EPROTO;
+    return 0;
+}
+
+/* Receive one message.  GET items (and ERROR replies to GETs, which end
+ * that GET) are queued and *queued set; anything else is left in c->body
+ * with its header in *h and descriptor in *fd. */
+static int client_recv(shoal_client *c, int timeout_ms, shoal_msg_header *h, int *fd,
+                       int *queued, shoal_err *err)
+{
+    shoal_msg_reader r;
+    shoal_item it;
+    int rc;
+
+    *queued = 0;
+    *fd = -1;
+    if (c->dead)
+        return shoal_err_set(err, SHOAL_ENET, "connection to shoald (%s) is closed", c->where);
+    rc = shoal_msg_recv(c->sock, h, &c->body, fd, timeout_ms, err);
+    if (rc == SHOAL_ETIMEOUT)
+        return rc;
+    if (rc)
+        return client_fail(c, rc, err);
+    if (h->type != SHOAL_MSG_GET_ITEM)
+        return 0;
+    shoal_rd_init(&r, c->body.data, c->body.len);
+    rc = decode_item(h, &r, *fd, &it);
+    if (!rc)
+        rc = queue_push(c, &it);
+    if (rc) {
+        if (*fd >= 0)
+            close(*fd);
+        *fd = -1;
+        return client_fail(c, rc == SHOAL_EPROTO ? SHOAL_EPROTO : rc, err);
+    }
+    *fd = -1;
+    *queued = 1;
+    return 0;
+}
+
+/* The ERROR body (code, message) into err. */
+static int error_reply(shoal_client *c, shoal_err *err)
+{
+    shoal_msg_reader r;
+    char msg[SHOAL_ERR_MSG_MAX];
+    int32_t code;
+    shoal_rd_init(&r, c->body.data, c->body.len);
+    code = shoal_rd_i32(&r);
+    shoal_rd_str_copy(&r, msg, sizeof msg);
+    if (shoal_rd_finish(&r) || code >= 0)
+        return client_fail(c, SHOAL_EPROTO, err);
+    return shoal_err_set(err, code, "shoald: %s", msg);
+}
+
+/* Send the message in c->msg and wait for the reply to it, of type `want`.
+ * On success the reply body is in c->body and its descriptor in *fd_out
+ * (if fd_out is NULL a descriptor is an error). */
+static int client_call(shoal_client *c, uint16_t want, int *fd_out, shoal_err *err)
+{
+    uint64_t id = c->next_id - 1;   /* begin() took it (HELLO: 0) */
+    int rc = shoal_msg_end(&c->msg);
+    if (rc)
+        return shoal_err_set(err, rc, "request too large");
+    if (c->dead)
+        return shoal_err_set(err, SHOAL_ENET, "connection to shoald (%s) is closed", c->where);
+    rc = shoal_msg_send(c->sock, c->msg.buf.data, c->msg.buf.len, -1);
+    if (rc)
+        return client_fail(c, rc == SHOAL_EIO ? SHOAL_ENET : rc, err);
+    for (;;) {
+        shoal_msg_header h;
+        int fd, queued;
+        rc = client_recv(c, c->call_timeout_ms, &h, &fd, &queued, err);
+        if (rc == SHOAL_ETIMEOUT)
+            return shoal_err_set(err, rc, "shoald did not answer within %d ms", c->call_timeout_ms);
+        if (rc)
+            return rc;
+        if (queued)
+            continue;
+        if (h.id != id) {
+            if (fd >= 0)
+                close(fd);
+            return client_fail(c, SHOAL_EPROTO, err);
+        }
+        if (h.type == SHOAL_MSG_ERROR) {
+            if (fd >= 0)
+                close(fd);
+            return error_reply(c, err);
+        }
+        if (h.type != want || (fd >= 0 && !fd_out)) {
+            if (fd >= 0)
+                close(fd);
+            return client_fail(c, SHOAL_EPROTO, err);
+        }
+        if (fd_out)
+            *fd_out = fd;
+        return 0;
+    }
+}
+
+static void begin(shoal_client *c, uint16_t type)
+{
+    shoal_msg_begin(&c->msg, type, 0, c->next_id++);
+}
+
+/* ---- connect ---------------------------------------------------------------- */
+
+static int client_hello(shoal_client *c, const char *name, int timeout_ms, shoal_err *err)
+{
+    shoal_msg_reader r;
+    uint16_t version;
+    int rc, saved = c->call_timeout_ms;
+
+    shoal_msg_begin(&c->msg, SHOAL_MSG_HELLO, 0, 0);
+    shoal_msg_put_u16(&c->msg, SHOAL_PROTO_VERSION);
+    shoal_msg_put_str(&c->msg, name, strlen(name));
+    shoal_msg_put_u32(&c->msg, (uint32_t)getpid());
+    c->call_timeout_ms = timeout_ms;
+    rc = client_call(c, SHOAL_MSG_HELLO_OK, NULL, err);
+    c->call_timeout_ms = saved;
+    if (rc)
+        return rc;
+    shoal_rd_init(&r, c->body.data, c->body.len);
+    version = shoal_rd_u16(&r);
+    shoal_rd_str_copy(&r, c->daemon_version, sizeof c->daemon_version);
+    c->session = shoal_rd_u64(&r);
+    shoal_rd_u32(&r);   /* the daemon's body limit: ours is the same constant */
+    if (shoal_rd_finish(&r))
+        return client_fail(c, SHOAL_EPROTO, err);
+    if (version != SHOAL_PROTO_VERSION)
+        return shoal_err_set(err, SHOAL_EUNSUPPORTED,
+                             "shoald speaks protocol %u, this client %u: use matching versions",
+                             version, SHOAL_PROTO_VERSION);
+    return 0;
+}
+
+int shoal_client_connect(const shoal_client_opts *opts, shoal_client **out, shoal_err *err)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    shoal_client *c;
+    int rc, n;
+
+    *out = NULL;
+    c = calloc(1, sizeof *c);
+    if (!c)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    c->sock = -1;
+    c->next_id = 1;
+    c->call_timeout_ms = opts->call_timeout_ms ? opts->call_timeout_ms : 60000;
+    shoal_buf_init(&c->body, 0);
+    if (opts->socket_path)
+        n = snprintf(c->where, sizeof c->where, "%s", opts->socket_path);
+    else
+        n = snprintf(c->where, sizeof c->where, "%s/shoald.sock", opts->home ? opts->home : ".");
+    if (n < 0 || (size_t)n >= sizeof sa.sun_path) {
+        rc = shoal_err_set(err, SHOAL_ETOOBIG, "socket path too long for a Unix socket: %s", c->where);
+        goto fail;
+    }
+    memcpy(sa.sun_path, c->where, (size_t)n + 1);
+    c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c->sock < 0) {
+        rc = shoal_err_set(err, shoal_err_from_errno(errno), "socket: %s", strerror(errno));
+        goto fail;
+    }
+    if (connect(c->sock, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int e = errno;
+        if (e == ENOENT || e == ECONNREFUSED)
+            rc = shoal_err_set(err, SHOAL_ENET,
+                               "shoald is not running (nothing listens on %s); start it with "
+                               "`shoald --home %s --detach`", c->where,
+                               opts->home ? opts->home : "DIR");
+        else
+            rc = shoal_err_set(err, shoal_err_from_errno(e), "connect %s: %s", c->where, strerror(e));
+        goto fail;
+    }
+    rc = client_hello(c, opts->name ? opts->name : "shoal-client",
+                      opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 2000, err);
+    if (rc)
+        goto fail;
+    *out = c;
+    return 0;
+fail:
+    shoal_client_close(c);
+    return rc;
+}
+
+void shoal_client_close(shoal_client *c)
+{
+    shoal_item it;
+    if (!c)
+        return;
+    while (queue_pop(c, &it))
+        if (it.fd >= 0)
+            close(it.fd);
+    free(c->queue);
+    if (c->sock >= 0)
+        close(c->sock);
+    shoal_buf_free(&c->body);
+    shoal_msg_builder_free(&c->msg);
+    free(c);
+}
+
+uint64_t shoal_client_session(const shoal_client *c) { return c->session; }
+const char *shoal_client_daemon_version(const shoal_client *c) { return c->daemon_version; }
+
+/* ---- operations --------------------------------------------------------------- */
+
+int shoal_client_open(shoal_client *c, const char *model, shoal_model_info *out, shoal_err *err)
+{
+    shoal_msg_reader r;
+    int fd = -1, rc;
+
+    memset(out, 0, sizeof *out);
+    out->manifest_fd = -1;
+    begin(c, SHOAL_MSG_OPEN);
+    shoal_msg_put_str(&c->msg, model, strlen(model));
+    rc = client_call(c, SHOAL_MSG_OPEN_OK, &fd, err);
+    if (rc)
+        return rc;
+    shoal_rd_init(&r, c->body.data, c->body.len);
+    out->handle = shoal_rd_u32(&r);
+    shoal_rd_str_copy(&r, out->commit, sizeof out->commit);
+    out->manifest_len = shoal_rd_u64(&r);
+    out->layers = shoal_rd_u16(&r);
+    out->experts_per_layer = shoal_rd_u32(&r);
+    out->expert_bytes = shoal_rd_u64(&r);
+    if (shoal_rd_finish(&r)) {
+        if (fd >= 0)
+            close(fd);
+        return client_fail(c, SHOAL_EPROTO, err);
+    }
+    out->manifest_fd = fd;
+    return 0;
+}
+
+int shoal_client_release(shoal_client *c, uint32_t handle, shoal_err *err)
+{
+    begin(c, SHOAL_MSG_RELEASE);
+    shoal_msg_put_u32(&c->msg, handle);
+    return client_call(c, SHOAL_MSG_OK, NULL, err);
+}
+
+static int put_keys(shoal_client *c, const shoal_key *keys, size_t n, shoal_err *err)
+{
+    if (n == 0 || n > SHOAL_PROTO_MAX_KEYS)
+        return shoal_err_set(err, SHOAL_EINVAL, "a request carries 1..%d keys, not %zu",
+                             SHOAL_PROTO_MAX_KEYS, n);
+    shoal_msg_put_u16(&c->msg, (uint16_t)n);
+    for (size_t i = 0; i < n; i++)
+        shoal_msg_put_key(&c->msg, &keys[i]);
+    return 0;
+}
+
+int shoal_client_get_send(shoal_client *c, uint32_t handle, int priority,
+                          const shoal_key *keys, size_t n, uint64_t *request, shoal_err *err)
+{
+    int rc;
+    *request = c->next_id;
+    begin(c, SHOAL_MSG_GET);
+    shoal_msg_put_u32(&c->msg, handle);
+    shoal_msg_put_u8(&c->msg, (uint8_t)priority);
+    rc = put_keys(c, keys, n, err);
+    if (rc)
+        return rc;
+    rc = shoal_msg_end(&c->msg);
+    if (rc)
+        return shoal_err_set(err, rc, "GET request too large");
+    if (c->dead)
+        return shoal_err_set(err, SHOAL_ENET, "connection to shoald (%s) is closed", c->where);
+    rc = shoal_msg_send(c->sock, c->msg.buf.data, c->msg.buf.len, -1);
+    return rc ? client_fail(c, rc, err) : 0;
+}
+
+int shoal_client_next(shoal_client *c, int timeout_ms, shoal_item *out, shoal_err *err)
+{
+    for (;;) {
+        shoal_msg_header h;
+        int fd, queued, rc;
+        if (queue_pop(c, out))
+            return 0;
+        rc = client_recv(c, timeout_ms, &h, &fd, &queued, err);
+        if (rc == SHOAL_ETIMEOUT)
+            return shoal_err_set(err, rc, "no reply from shoald within %d ms", timeout_ms);
+        if (rc)
+            return rc;
+        if (queued)
+            continue;
+        if (fd >= 0)
+            close(fd);
+        if (h.type == SHOAL_MSG_ERROR) {
+            /* The whole GET failed (bad handle, ...): one item that ends it. */
+            shoal_err e = { 0 };
+            error_reply(c, &e);
+            memset(out, 0, sizeof *out);
+            out->request = h.id;
+            out->index = UINT16_MAX;
+            out->status = e.code ? e.code : SHOAL_EPROTO;
+            out->last = 1;
+            out->fd = -1;
+            shoal_err_set(err, out->status, "%s", e.msg);
+            return 0;
+        }
+        if (h.type == SHOAL_MSG_OK)   /* a late CANCEL acknowledgement */
+            continue;
+        return client_fail(c, SHOAL_EPROTO, err);
+    }
+}
+
+int shoal_client_cancel(shoal_client *c, uint64_t request, shoal_err *err)
+{
+    begin(c, SHOAL_MSG_CANCEL);
+    shoal_msg_put_u64(&c->msg, request);
+    return client_call(c, SHOAL_MSG_OK, NULL, err);
+}
+
+int shoal_client_get(shoal_client *c, uint32_t handle, int priority, const shoal_key *keys,
+                     size_t n, shoal_item_fn fn, void *ctx, shoal_err *err)
+{
+    uint64_t req;
+    size_t got = 0;
+    int rc = shoal_client_get_send(c, handle, priority, keys, n, &req, err);
+    if (rc)
+        return rc;
+    while (got < n) {
+        shoal_item it;
+        rc = shoal_client_next(c, c->call_timeout_ms, &it, err);
+        if (rc)
+            return rc;
+        if (it.request != req) {
+            /* An item of another request in flight: not ours to handle. */
+            if (it.fd >= 0)
+                close(it.fd);
+            continue;
+        }
+        if (it.index == UINT16_MAX)
+            return it.status;
+        fn(&it, ctx);
+        got++;
+    }
+    return 0;
+}
+
+int shoal_client_warm(shoal_client *c, uint32_t handle, int selection, uint32_t a, uint32_t b,
+                      uint64_t *job, shoal_err *err)
+{
+    shoal_msg_reader r;
+    int rc;
+    begin(c, SHOAL_MSG_WARM);
+    shoal_msg_put_u32(&c->msg, handle);
+    shoal_msg_put_u8(&c->msg, (uint8_t)selection);
+    if (selection == SHOAL_WARM_LAYERS) {
+        shoal_msg_put_u16(&c->msg, (uint16_t)a);
+        shoal_msg_put_u16(&c->msg, (uint16_t)b);
+    } else if (selection == SHOAL_WARM_TOP) {
+        shoal_msg_put_u32(&c->msg, a);
+    }
+    rc = client_call(c, SHOAL_MSG_JOB_OK, NULL, err);
+    if (rc)
+        return rc;
+    shoal_rd_init(&r, c->body.data, c->body.len);
+    *job = shoal_rd_u64(&r);
+    return shoal_rd_finish(&r) ? client_fail(c, SHOAL_EPROTO, err) : 0;
+}
+
+int shoal_client_job(shoal_client *c, uint64_t job, shoal_job_status *out, shoal_err *err)
+{
+    shoal_msg_reader r;
+    int rc;
+    begin(c, SHOAL_MSG_JOB);
+    shoal_msg_put_u64(&c->msg, job);
+    rc = client_call(c, SHOAL_MSG_JOB_STATUS, NULL, err);
+    if (rc)
+        return rc;
+    shoal_rd_init(&r, c->body.data, c->body.len);
+    out->state = shoal_rd_u8(&r);
+    out->bytes_done = shoal_rd_u64(&r);
+    out->bytes_total = shoal_rd_u64(&r);
+    out->objects_done = shoal_rd_u32(&r);
+    out->objects_total = shoal_rd_u32(&r);
+    out->errors = shoal_rd_u32(&r);
+    shoal_rd_str_copy(&r, out->last_error, sizeof out->last_error);
+    return shoal_rd_finish(&r) ? client_fail(c, SHOAL_EPROTO, err) : 0;
+}
+
+/* A call answered by JSON text, appended to out. */
+static int json_call(shoal_client *c, shoal_buf *out, shoal_err *err)
+{
+    shoal_msg_reader r;
+    const char *s;
+    size_t n;
+    int rc = client_call(c, SHOAL_MSG_JSON, NULL, err);
+    if (rc)
+        return rc;
+    shoal_rd_init(&r, c->body.data, c->body.len);
+    s = shoal_rd_str32(&r, &n);
+    if (shoal_rd_finish(&r))
+        return client_fail(c, SHOAL_EPROTO, err);
+    return shoal_buf_append(out, s, n) ? shoal_err_set(err, SHOAL_ENOMEM, "out of memory") : 0;
+}
+
+int shoal_client_stats(shoal_client *c, const char *query_json, shoal_buf *out, shoal_err *err)
+{
+    const char *q = query_json ? query_json : "{}";
+    begin(c, SHOAL_MSG_STATS);
+    shoal_msg_put_str(&c->msg, q, strlen(q));
+    return json_call(c, out, err);
+}
+
+int shoal_client_gc(shoal_client *c, uint64_t max_bytes, shoal_buf *out, shoal_err *err)
+{
+    begin(c, SHOAL_MSG_GC);
+    shoal_msg_put_u64(&c->msg, max_bytes);
+    return json_call(c, out, err);
+}
+
+int shoal_client_verify(shoal_client *c, const char *model, int deep, shoal_buf *out,
+                        shoal_err *err)
+{
+    const char *m = model ? model : "";
+    begin(c, SHOAL_MSG_VERIFY);
+    shoal_msg_put_str(&c->msg, m, strlen(m));
+    shoal_msg_put_u8(&c->msg, (uint8_t)(deep != 0));
+    return json_call(c, out, err);
+}
+
+int shoal_client_report(shoal_client *c, const char *json, shoal_err *err)
+{
+    begin(c, SHOAL_MSG_REPORT);
+    shoal_msg_put_str32(&c->msg, json, strlen(json));
+    return client_call(c, SHOAL_MSG_OK, NULL, err);
+}
+
+int shoal_client_pin(shoal_client *c, uint32_t handle, int on, const shoal_key *keys, size_t n,
+                     shoal_err *err)
+{
+    int rc;
+    begin(c, SHOAL_MSG_PIN);
+    shoal_msg_put_u32(&c->msg, handle);
+    shoal_msg_put_u8(&c->msg, (uint8_t)(on != 0));
+    rc = put_keys(c, keys, n, err);
+    return rc ? rc : client_call(c, SHOAL_MSG_OK, NULL, err);
+}

@@ -1,0 +1,116 @@
+/* client.h — the client side of shoald's socket protocol: what an engine
+ * or the CLI links to talk to the daemon (docs/protocol.md).
+ *
+ * Owns: one connection (connect with a timeout, HELLO), request ids, and
+ * the demultiplexing of replies that may come out of order: GET items are
+ * queued for shoal_client_next() while a control call (STATS, WARM, ...)
+ * waits for its own reply.  Does not own what the descriptors point at:
+ * each successful item hands its descriptor to the caller.
+ *
+ * Threads: one thread at a time per client.  Blocking calls take a timeout
+ * from the connect options; a daemon that dies mid-call gives SHOAL_ENET
+ * with a message saying so, never a hang.
+ */
+#ifndef SHOAL_CLIENT_H
+#define SHOAL_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+#include "common/err.h"
+#include "common/proto.h"
+
+typedef struct shoal_client shoal_client;
+
+typedef struct shoal_client_opts {
+    const char *home;         /* cache directory; the socket is home/shoald.sock */
+    const char *socket_path;  /* overrides home when set */
+    const char *name;         /* program name sent in HELLO ("shoal-engine") */
+    int connect_timeout_ms;   /* default 2000 */
+    int call_timeout_ms;      /* control calls; default 60000, <0 forever */
+} shoal_client_opts;
+
+/* Connect and say HELLO.  When nothing listens, fails with SHOAL_ENET and a
+ * message that says how to start shoald for that home.  *out is NULL on
+ * failure. */
+int shoal_client_connect(const shoal_client_opts *opts, shoal_client **out, shoal_err *err);
+
+/* Close the connection and every queued descriptor.  Accepts NULL. */
+void shoal_client_close(shoal_client *c);
+
+uint64_t shoal_client_session(const shoal_client *c);
+const char *shoal_client_daemon_version(const shoal_client *c);
+
+/* OPEN a model ("hf://org/name[@rev]" or a directory). */
+typedef struct shoal_model_info {
+    uint32_t handle;
+    char     commit[64];
+    uint16_t layers;
+    uint32_t experts_per_layer;
+    uint64_t expert_bytes;
+    int      manifest_fd;     /* caller closes; -1 if none */
+    uint64_t manifest_len;
+} shoal_model_info;
+
+int shoal_client_open(shoal_client *c, const char *model, shoal_model_info *out, shoal_err *err);
+int shoal_client_release(shoal_client *c, uint32_t handle, shoal_err *err);
+
+/* One reply of a GET.  On status 0, fd is the blob (the caller owns it and
+ * must close it) and [offset, offset+length) is the object in it. */
+typedef struct shoal_item {
+    uint64_t request;         /* the GET's request id */
+    uint16_t index;           /* position of the key in the GET */
+    int32_t  status;          /* 0 or a negative SHOAL_E* code */
+    uint8_t  source;          /* SHOAL_SRC_HIT / MISS / JOIN */
+    int      last;            /* the final item of its GET */
+    int      fd;
+    uint64_t offset, length;
+    uint8_t  xxh128[16];
+} shoal_item;
+
+/* Send a GET of n keys (1..SHOAL_PROTO_MAX_KEYS); returns at once with the
+ * request id in *request.  priority: 0 demand, 1 prefetch. */
+int shoal_client_get_send(shoal_client *c, uint32_t handle, int priority,
+                          const shoal_key *keys, size_t n, uint64_t *request, shoal_err *err);
+
+/* Wait up to timeout_ms (<0: forever) for the next GET item of any request.
+ * SHOAL_ETIMEOUT when none came. */
+int shoal_client_next(shoal_client *c, int timeout_ms, shoal_item *out, shoal_err *err);
+
+/* Cancel a GET's prefetches (items not yet sent come back ECANCELED). */
+int shoal_client_cancel(shoal_client *c, uint64_t request, shoal_err *err);
+
+/* Blocking convenience: GET n keys and call fn for each item as it comes
+ * (in arrival order) until all n are in.  fn owns item->fd. */
+typedef void (*shoal_item_fn)(const shoal_item *item, void *ctx);
+int shoal_client_get(shoal_client *c, uint32_t handle, int priority, const shoal_key *keys,
+                     size_t n, shoal_item_fn fn, void *ctx, shoal_err *err);
+
+/* WARM: selection per docs/protocol.md; args: (A, B) for layers, (N, 0)
+ * for top N. */
+enum { SHOAL_WARM_ALL = 0, SHOAL_WARM_SPINE = 1, SHOAL_WARM_LAYERS = 2, SHOAL_WARM_TOP = 3 };
+int shoal_client_warm(shoal_client *c, uint32_t handle, int selection, uint32_t a, uint32_t b,
+                      uint64_t *job, shoal_err *err);
+
+typedef struct shoal_job_status {
+    uint8_t  state;           /* 0 queued, 1 running, 2 done, 3 failed, 4 cancelled */
+    uint64_t bytes_done, bytes_total;
+    uint32_t objects_done, objects_total, errors;
+    char     last_error[256];
+} shoal_job_status;
+
+int shoal_client_job(shoal_client *c, uint64_t job, shoal_job_status *out, shoal_err *err);
+
+/* STATS / GC / VERIFY answer JSON text, appended to out. */
+int shoal_client_stats(shoal_client *c, const char *query_json, shoal_buf *out, shoal_err *err);
+int shoal_client_gc(shoal_client *c, uint64_t max_bytes, shoal_buf *out, shoal_err *err);
+int shoal_client_verify(shoal_client *c, const char *model, int deep, shoal_buf *out,
+                        shoal_err *err);
+/* REPORT a client's own counters (JSON object). */
+int shoal_client_report(shoal_client *c, const char *json, shoal_err *err);
+/* PIN (on=1) or UNPIN (on=0) keys of an open model. */
+int shoal_client_pin(shoal_client *c, uint32_t handle, int on, const shoal_key *keys, size_t n,
+                     shoal_err *err);
+
+#endif

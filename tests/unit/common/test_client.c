@@ -1,0 +1,291 @@
+/* test_client.c — the shoald client library against a scripted daemon on
+ * a real Unix socket: HELLO, OPEN with a manifest descriptor, GET items
+ * out of order with descriptors and per-key errors, a control call while
+ * items are pending, ERROR replies, a daemon that dies mid-call, and the
+ * message when no daemon runs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/client.h"
+
+typedef struct fake {
+    char dir[40], path[100];
+    int listener;
+    int mode;          /* 0: well-behaved; 1: die after HELLO */
+    pthread_t th;
+} fake;
+
+static int blob_with(const char *text)
+{
+    char p[] = "/tmp/shoal-client-blob-XXXXXX";
+    int fd = mkstemp(p);
+    unlink(p);
+    if (write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+        abort();
+    return fd;
+}
+
+static void reply(int s, shoal_msg_builder *m, int fd)
+{
+    if (shoal_msg_end(m) || shoal_msg_send(s, m->buf.data, m->buf.len, fd))
+        abort();
+}
+
+static void send_item(int s, shoal_msg_builder *m, uint64_t id, uint16_t idx, int status,
+                      const char *content, int last)
+{
+    int fd = status == 0 ? blob_with(content) : -1;
+    uint8_t sum[16] = { (uint8_t)idx };
+    shoal_msg_begin(m, SHOAL_MSG_GET_ITEM, (uint16_t)((fd >= 0 ? SHOAL_MSG_F_FD : 0) |
+                                                      (last ? SHOAL_MSG_F_LAST : 0)), id);
+    shoal_msg_put_u16(m, idx);
+    shoal_msg_put_i32(m, status);
+    shoal_msg_put_u8(m, idx == 0 ? SHOAL_SRC_MISS : SHOAL_SRC_HIT);
+    shoal_msg_put_u64(m, 0);
+    shoal_msg_put_u64(m, content ? strlen(content) : 0);
+    shoal_msg_put_bytes(m, sum, 16);
+    reply(s, m, fd);
+    if (fd >= 0)
+        close(fd);
+}
+
+/* Serves one connection following a fixed script. */
+static void *fake_main(void *arg)
+{
+    fake *f = arg;
+    int s = accept(f->listener, NULL, NULL);
+    shoal_msg_builder m = { 0 };
+    shoal_buf body;
+    shoal_msg_header h;
+    uint64_t get_id = 0;
+    int fd;
+
+    shoal_buf_init(&body, 0);
+    while (shoal_msg_recv(s, &h, &body, &fd, 5000, NULL) == 0) {
+        shoal_msg_reader r;
+        shoal_rd_init(&r, body.data, body.len);
+        switch (h.type) {
+        case SHOAL_MSG_HELLO:
+            shoal_msg_begin(&m, SHOAL_MSG_HELLO_OK, 0, h.id);
+            shoal_msg_put_u16(&m, SHOAL_PROTO_VERSION);
+            shoal_msg_put_str(&m, "test-1", 6);
+            shoal_msg_put_u64(&m, 77);
+            shoal_msg_put_u32(&m, SHOAL_PROTO_MAX_BODY);
+            reply(s, &m, -1);
+            if (f->mode == 1)
+                goto out;
+            break;
+        case SHOAL_MSG_OPEN: {
+            int mf = blob_with("{\"manifest\":1}");
+            shoal_msg_begin(&m, SHOAL_MSG_OPEN_OK, SHOAL_MSG_F_FD | SHOAL_MSG_F_LAST, h.id);
+            shoal_msg_put_u32(&m, 3);
+            shoal_msg_put_str(&m, "abc123", 6);
+            shoal_msg_put_u64(&m, 14);
+            shoal_msg_put_u16(&m, 8);
+            shoal_msg_put_u32(&m, 64);
+            shoal_msg_put_u64(&m, 13056);
+            reply(s, &m, mf);
+            close(mf);
+            break;
+        }
+        case SHOAL_MSG_GET:
+            if (shoal_rd_u32(&r) != 3) {   /* unknown handle: the whole GET fails */
+                const char *msg = "no such model handle";
+                shoal_msg_begin(&m, SHOAL_MSG_ERROR, SHOAL_MSG_F_LAST, h.id);
+                shoal_msg_put_i32(&m, SHOAL_EINVAL);
+                shoal_msg_put_str(&m, msg, strlen(msg));
+                reply(s, &m, -1);
+                break;
+            }
+            get_id = h.id;
+            /* Key 2 first, then a failure for key 1; key 0 comes later. */
+            send_item(s, &m, h.id, 2, 0, "expert-two", 0);
+            send_item(s, &m, h.id, 1, SHOAL_ENOTFOUND, NULL, 0);
+            break;
+        case SHOAL_MSG_STATS: {
+            const char *j = "{\"hits\":5}";
+            shoal_msg_begin(&m, SHOAL_MSG_JSON, SHOAL_MSG_F_LAST, h.id);
+            shoal_msg_put_str32(&m, j, strlen(j));
+            /* The pending GET's last item arrives before the STATS reply. */
+            send_item(s, &m, get_id, 0, 0, "expert-zero", 1);
+            shoal_msg_begin(&m, SHOAL_MSG_JSON, SHOAL_MSG_F_LAST, h.id);
+            shoal_msg_put_str32(&m, j, strlen(j));
+            reply(s, &m, -1);
+            break;
+        }
+        default: {
+            const char *msg = "not supported by the test daemon";
+            shoal_msg_begin(&m, SHOAL_MSG_ERROR, SHOAL_MSG_F_LAST, h.id);
+            shoal_msg_put_i32(&m, SHOAL_EUNSUPPORTED);
+            shoal_msg_put_str(&m, msg, strlen(msg));
+            reply(s, &m, -1);
+        }
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+out:
+    close(s);
+    shoal_buf_free(&body);
+    shoal_msg_builder_free(&m);
+    return NULL;
+}
+
+static void fake_start(fake *f, int mode)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(f->dir, sizeof f->dir, "/tmp/shoal-client-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->path, sizeof f->path, "%s/shoald.sock", f->dir);
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", f->path);
+    f->listener = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_int_equal(bind(f->listener, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(f->listener, 4), 0);
+    f->mode = mode;
+    assert_int_equal(pthread_create(&f->th, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(fake *f)
+{
+    pthread_join(f->th, NULL);
+    close(f->listener);
+    unlink(f->path);
+    rmdir(f->dir);
+}
+
+static void test_no_daemon(void **state)
+{
+    shoal_client_opts o = { .home = "/nonexistent-shoal-home", .name = "t" };
+    shoal_client *c = NULL;
+    shoal_err e = { 0 };
+    (void)state;
+    assert_int_equal(shoal_client_connect(&o, &c, &e), SHOAL_ENET);
+    assert_null(c);
+    assert_non_null(strstr(e.msg, "shoald is not running"));
+    assert_non_null(strstr(e.msg, "shoald --home /nonexistent-shoal-home"));
+}
+
+static void test_session(void **state)
+{
+    fake f;
+    shoal_client_opts o = { .name = "test", .call_timeout_ms = 5000 };
+    shoal_client *c = NULL;
+    shoal_err e = { 0 };
+    shoal_model_info mi;
+    shoal_key keys[3] = { { SHOAL_KEY_EXPERT, 1, 0, NULL, 0 }, { SHOAL_KEY_EXPERT, 1, 1, NULL, 0 },
+                          { SHOAL_KEY_FILE, 0, 0, "config.json", 11 } };
+    shoal_item it;
+    shoal_buf js;
+    uint64_t req;
+    char got[32];
+    int seen[3] = { 0 };
+    (void)state;
+
+    fake_start(&f, 0);
+    o.socket_path = f.path;
+    assert_int_equal(shoal_client_connect(&o, &c, &e), 0);
+    assert_true(shoal_client_session(c) == 77);
+    assert_string_equal(shoal_client_daemon_version(c), "test-1");
+
+    assert_int_equal(shoal_client_open(c, "hf://org/tiny", &mi, &e), 0);
+    assert_int_equal(mi.handle, 3);
+    assert_string_equal(mi.commit, "abc123");
+    assert_int_equal(mi.layers, 8);
+    assert_true(mi.expert_bytes == 13056);
+    assert_true(mi.manifest_fd >= 0);
+    memset(got, 0, sizeof got);
+    assert_int_equal(pread(mi.manifest_fd, got, 14, 0), 14);
+    assert_string_equal(got, "{\"manifest\":1}");
+    close(mi.manifest_fd);
+
+    /* A GET whose items come out of order, one failing. */
+    assert_int_equal(shoal_client_get_send(c, 3, 0, keys, 3, &req, &e), 0);
+    assert_int_equal(shoal_client_next(c, 5000, &it, &e), 0);
+    assert_true(it.request == req);
+    assert_int_equal(it.index, 2);
+    assert_int_equal(it.status, 0);
+    assert_int_equal(it.source, SHOAL_SRC_HIT);
+    memset(got, 0, sizeof got);
+    assert_int_equal(pread(it.fd, got, it.length, 0), 10);
+    assert_string_equal(got, "expert-two");
+    close(it.fd);
+    seen[it.index] = 1;
+    assert_int_equal(shoal_client_next(c, 5000, &it, &e), 0);
+    assert_int_equal(it.index, 1);
+    assert_int_equal(it.status, SHOAL_ENOTFOUND);
+    assert_int_equal(it.fd, -1);
+    seen[it.index] = 1;
+
+    /* A control call while the GET's last item is still to come: the item is
+     * queued, the call gets its own reply. */
+    shoal_buf_init(&js, 0);
+    assert_int_equal(shoal_client_stats(c, NULL, &js, &e), 0);
+    assert_string_equal((char *)js.data, "{\"hits\":5}");
+    shoal_buf_free(&js);
+    assert_int_equal(shoal_client_next(c, 5000, &it, &e), 0);
+    assert_int_equal(it.index, 0);
+    assert_int_equal(it.source, SHOAL_SRC_MISS);
+    assert_int_equal(it.last, 1);
+    close(it.fd);
+    seen[it.index] = 1;
+    assert_int_equal(seen[0] + seen[1] + seen[2], 3);
+
+    /* Nothing more: a timeout, not a hang. */
+    assert_int_equal(shoal_client_next(c, 50, &it, &e), SHOAL_ETIMEOUT);
+
+    /* The daemon's errors come back with their code and message. */
+    assert_int_equal(shoal_client_release(c, 3, &e), SHOAL_EUNSUPPORTED);
+    assert_non_null(strstr(e.msg, "not supported by the test daemon"));
+    assert_int_equal(shoal_client_get_send(c, 9, 0, keys, 1, &req, &e), 0);
+    assert_int_equal(shoal_client_next(c, 5000, &it, &e), 0);
+    assert_int_equal(it.status, SHOAL_EINVAL);
+    assert_int_equal(it.index, UINT16_MAX);
+    assert_int_equal(it.last, 1);
+    /* Bad requests are refused before sending. */
+    assert_int_equal(shoal_client_get_send(c, 3, 0, keys, 0, &req, &e), SHOAL_EINVAL);
+
+    shoal_client_close(c);
+    fake_stop(&f);
+}
+
+static void test_daemon_dies(void **state)
+{
+    fake f;
+    shoal_client_opts o = { .name = "test", .call_timeout_ms = 5000 };
+    shoal_client *c = NULL;
+    shoal_err e = { 0 };
+    shoal_buf js;
+    (void)state;
+    fake_start(&f, 1);
+    o.socket_path = f.path;
+    assert_int_equal(shoal_client_connect(&o, &c, &e), 0);
+    shoal_buf_init(&js, 0);
+    assert_int_equal(shoal_client_stats(c, NULL, &js, &e), SHOAL_ENET);
+    assert_non_null(strstr(e.msg, "shoald closed the connection"));
+    /* Every later call fails at once. */
+    assert_int_equal(shoal_client_stats(c, NULL, &js, &e), SHOAL_ENET);
+    shoal_buf_free(&js);
+    shoal_client_close(c);
+    fake_stop(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_daemon),
+        cmocka_unit_test(test_session),
+        cmocka_unit_test(test_daemon_dies),
+    };
+    return cmocka_run_group_tests_name("client", tests, NULL, NULL);
+}
