@@ -9,13 +9,20 @@ command -v clang >/dev/null || { echo "fuzz: clang is needed (apt-get install cl
 secs=${FUZZ_SECONDS:-60}
 out=build-fuzz
 mkdir -p "$out"
-srcs="$(ls common/*.c fetcher/*.c cache/*.c 2>/dev/null) $(ls engine/*.c engine/kernels/*.c 2>/dev/null | grep -v -e engine/main.c -e '_avx' -e '_neon')"
+# A target names the sources it needs in a line "fuzz-sources: ITEM..."
+# where an item is a .c file or a folder (all its .c files), e.g.
+# "fuzz-sources: common/ fetcher/safetensors.c"; default common/.
 cflags="-std=c11 -g -O1 -D_GNU_SOURCE -pthread -I. $(pkg-config --cflags libcurl sqlite3 libevent jansson libpcre2-8 libxxhash libcrypto)"
 libs="$(pkg-config --libs libcurl sqlite3 libevent libevent_pthreads jansson libpcre2-8 libxxhash libcrypto) -lm"
 n=0
 for t in tests/fuzz/*.c; do
     [ -e "$t" ] || continue
     name=$(basename "$t" .c)
+    items=$(grep -o 'fuzz-sources:.*' "$t" | head -n 1 | sed 's/fuzz-sources://; s/\*\/.*//')
+    srcs=
+    for it in ${items:-common/}; do
+        case $it in */) srcs="$srcs $(ls "$it"*.c | grep -v '/main\.c$' | tr '\n' ' ')" ;; *) srcs="$srcs $it" ;; esac
+    done
     echo "fuzz: building $name"
     # shellcheck disable=SC2086
     clang $cflags -fsanitize=fuzzer,address,undefined -o "$out/$name" "$t" $srcs $libs
