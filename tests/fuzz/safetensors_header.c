@@ -1,17 +1,17 @@
-/* safetensors_header.c — libFuzzer target for fetcher/safetensors.h.
+/* safetensors_header.c — libFuzzer target for common/safetensors.h.
  *
  * The input is a whole file: 8-byte length, JSON header, data.  Whatever the
  * bytes, the parser must not crash, leak or read out of bounds, and a header
  * it accepts must satisfy the invariants it promises (checked here, trapping
  * on a violation).  Built and run by scripts/fuzz.sh (`make fuzz`).
  *
- * fuzz-sources: common/ fetcher/safetensors.c
+ * fuzz-sources: common/
  */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "fetcher/safetensors.h"
+#include "common/safetensors.h"
 
 #define REQUIRE(c) do { if (!(c)) __builtin_trap(); } while (0)
 

@@ -7,7 +7,7 @@
  * with absolute byte offsets [BEGIN, END).  --json prints one JSON object
  * instead.  A header the strict parser refuses is reported on stderr with
  * exit status 1 (2 for usage errors).  Owns only the command line; parsing
- * is fetcher/safetensors.h.
+ * is common/safetensors.h.
  */
 #include <stdio.h>
 #include <string.h>
@@ -16,7 +16,7 @@
 #include "common/err.h"
 #include "common/json.h"
 #include "common/log.h"
-#include "fetcher/safetensors.h"
+#include "common/safetensors.h"
 
 static void usage(FILE *f)
 {

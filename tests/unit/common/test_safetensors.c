@@ -15,7 +15,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
-#include "fetcher/safetensors.h"
+#include "common/safetensors.h"
 
 /* Parse `json` as the header of a file whose data are `data_size` bytes
  * (plus `extra`, which may be negative to cut the file short). */

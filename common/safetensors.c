@@ -4,7 +4,7 @@
  * listed in the header.  jansson is used here only; no jansson type leaves
  * this file.  Does not read tensor data.
  */
-#include "fetcher/safetensors.h"
+#include "common/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
