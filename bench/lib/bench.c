@@ -103,14 +103,17 @@ void bench_record(const char *name, double value, const char *unit,
         int ok = strcmp(better, "lower") == 0 ? ratio <= target : ratio >= target;
         verdict = ok ? "  ok" : "  BELOW TARGET";
     }
-    if (has_ratio)
-        printf("%-40s %12.4g %-6s vs %s %.4g %s  ratio %.3f%s%s%.2f)%s\n", name, value, unit,
-               baseline, baseline_value, unit, ratio,
-               target > 0 ? " (target " : "", target > 0 ? (strcmp(better, "lower") == 0 ? "<= " : ">= ") : "",
-               target, verdict);
-    else
+    if (has_ratio) {
+        char tgt[48] = "";
+        if (target > 0)
+            snprintf(tgt, sizeof tgt, " (target %s %.2f)", strcmp(better, "lower") == 0 ? "<=" : ">=",
+                     target);
+        printf("%-40s %12.4g %-6s vs %s %.4g %s  ratio %.3f%s%s\n", name, value, unit, baseline,
+               baseline_value, unit, ratio, tgt, verdict);
+    } else {
         printf("%-40s %12.4g %s%s%s\n", name, value, unit, baseline && baseline[0] ? "  " : "",
                baseline ? baseline : "");
+    }
     fflush(stdout);
 
     if (!path || !path[0])

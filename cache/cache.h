@@ -1,0 +1,354 @@
+/* cache.h — shoal's blob cache: objects on disk, indexed by SQLite.
+ *
+ * Owns: one cache directory (blobs/, tmp/, index.db, lock), the write path
+ * (begin, append, commit/abort/pause), lookups that hand out descriptors,
+ * the byte budget and eviction, pins, request counters and sessions,
+ * checksum verification, repair at open, and the per-file / per-model
+ * metadata the fetcher keeps (etag, size, CDN location, commit).
+ * Does not own: the network, the event loop, scheduling or single-flight
+ * (the daemon composes this library), or the engine's RAM tier (it only
+ * reports counters here, with tier = CACHE_TIER_RAM).
+ *
+ * On-disk format, invariants and the eviction policy: docs/cache-format.md.
+ *
+ * Threads: a handle is used by one thread at a time (the daemon's loop).
+ * Several processes may open the same directory read-only beside the one
+ * writer.  No function here prints; diagnostics go through common/log.h.
+ *
+ * Errors: 0 or a negative SHOAL_E* code, with detail in `err` (may be NULL).
+ */
+#ifndef SHOAL_CACHE_H
+#define SHOAL_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+typedef struct cache cache;
+typedef struct cache_writer cache_writer;
+
+/* What an object is.  The value is stored in the index: never renumber. */
+typedef enum cache_kind {
+    CACHE_KIND_EXPERT  = 0,   /* one routed expert's span */
+    CACHE_KIND_SPINE   = 1,   /* one non-expert tensor */
+    CACHE_KIND_SMALL   = 2,   /* a whole small file (config, tokenizer) */
+    CACHE_KIND_DERIVED = 3,   /* made here from other objects (int8 pack) */
+    CACHE_KIND_COUNT_  = 4
+} cache_kind;
+
+#define CACHE_PIN_KIND(k) (1u << (k))
+
+/* Where a counted request was served.  Stored: never renumber. */
+typedef enum cache_tier {
+    CACHE_TIER_DISK = 0,      /* this cache (the daemon) */
+    CACHE_TIER_RAM  = 1,      /* the engine's own RAM tier, via REPORT */
+    CACHE_TIER_COUNT_ = 2
+} cache_tier;
+
+/* Object identity: a byte range of an upstream file.  For a derived object
+ * `etag` names its source and format ("<etag>:<off>:<len>|int8v1"). */
+typedef struct cache_key {
+    const char *etag;         /* borrowed; 1..CACHE_ETAG_MAX bytes */
+    uint64_t    offset;
+    uint64_t    length;       /* > 0 */
+} cache_key;
+
+#define CACHE_ETAG_MAX 256
+
+/* The names that make an object findable.  Every field may be NULL / -1.
+ * The model is (endpoint, repo, revision, commit). */
+typedef struct cache_names {
+    const char *endpoint;
+    const char *repo;
+    const char *revision;
+    const char *commit;
+    const char *file;         /* path inside the repo */
+    const char *tensor;       /* tensor name (spine) */
+    int32_t     layer;        /* -1: none */
+    int32_t     expert;       /* -1: none */
+} cache_names;
+
+#define CACHE_NAMES_NONE { NULL, NULL, NULL, NULL, NULL, NULL, -1, -1 }
+
+typedef struct cache_config {
+    /* Byte budget.  0 = default: free_share of (free space + what the cache
+     * already holds), but never leaving less than floor_bytes free. */
+    uint64_t max_bytes;
+    double   free_share;      /* default 0.90 */
+    uint64_t floor_bytes;     /* default 10 GiB */
+    uint32_t pin_kinds;       /* CACHE_PIN_KIND bits; default spine|small */
+    int      read_only;       /* open beside a writer, no lock, no repair */
+    /* Counter flushes: due after this many recorded events or this many
+     * milliseconds since the last flush, whichever comes first. */
+    uint32_t flush_events;    /* default 4096 */
+    uint32_t flush_ms;        /* default 2000 */
+    /* A long write is made durable (fsync + row) every this many bytes so a
+     * crash can resume from there.  Default 64 MiB. */
+    uint64_t checkpoint_bytes;
+    /* Partial writes older than this are dropped at open (nobody came back
+     * for them; their bytes are not in the budget).  Default 7 days; 0:
+     * keep them for ever. */
+    uint32_t partial_max_age_s;
+    /* A file of this size is kept allocated in the cache directory and
+     * given back when the disk is so full that the index cannot record a
+     * deletion, so a full disk can always be emptied.  Default 1 MiB. */
+    uint64_t reserve_bytes;
+    /* 0 (default): fsync every blob before it becomes visible.  1: skip the
+     * fsyncs (bulk imports and benchmarks; a power loss may then lose
+     * recent objects — recovery still drops them, verify catches them). */
+    int      no_fsync;
+} cache_config;
+
+/* Fill cfg with the defaults above.  Cannot fail. */
+void cache_config_default(cache_config *cfg);
+
+/* What the repair at open found and did. */
+typedef struct cache_open_report {
+    uint64_t objects;            /* rows kept */
+    uint64_t bytes;              /* their total length */
+    uint64_t tmp_removed;        /* tmp/ files with no usable partial */
+    uint64_t partials_kept;      /* resumable partial writes */
+    uint64_t partials_dropped;   /* partial rows whose file was unusable */
+    uint64_t orphans_removed;    /* blobs without a row */
+    uint64_t rows_missing;       /* rows whose blob was gone (dropped) */
+    uint64_t rows_bad_size;      /* rows whose blob had the wrong size */
+    uint64_t scan_ns;            /* time the repair took */
+} cache_open_report;
+
+/* Open (creating if needed) the cache in `dir`.  A writer takes dir/lock;
+ * if another process holds it this fails with SHOAL_ELOCKED and a message
+ * naming that pid.  A writer repairs the directory first (report filled
+ * when not NULL).  Read-only opens need an existing index.  On failure
+ * *out is NULL and nothing is left open. */
+int cache_open(const char *dir, const cache_config *cfg, cache **out,
+               cache_open_report *report, shoal_err *err);
+
+/* Flush counters, close everything, release the lock.  Active writers are
+ * aborted (their partial files are kept if checkpointed).  Accepts NULL. */
+void cache_close(cache *c);
+
+/* ---- write path ---------------------------------------------------------- */
+
+/* Start (or resume) writing the object `key`.  Reserves key->length bytes
+ * of the budget, evicting first if needed; fails with SHOAL_ENOSPC (and
+ * changes nothing) when it cannot fit even after evicting every unpinned
+ * object.  SHOAL_EEXIST if the object is already cached (add names with
+ * cache_names_add), SHOAL_EBUSY if a writer for it is active.  If a
+ * paused or checkpointed partial write exists it continues from its
+ * durable length: see cache_writer_offset().  The names are copied. */
+int cache_write_begin(cache *c, const cache_key *key, cache_kind kind,
+                      const cache_names *names, cache_writer **out, shoal_err *err);
+
+/* Bytes written so far (where the next append lands: resume from here). */
+uint64_t cache_writer_offset(const cache_writer *w);
+
+/* Append n bytes (any size; never held in memory).  SHOAL_ERANGE past the
+ * key's length.  On an I/O failure the writer is unusable: abort it. */
+int cache_write_append(cache_writer *w, const void *p, size_t n, shoal_err *err);
+
+/* Finish: fsync, rename into blobs/, insert the index row in one
+ * transaction.  Always consumes the writer.  On failure the temporary file
+ * is removed and the index is as before the call.  id_out may be NULL. */
+int cache_write_commit(cache_writer *w, uint64_t *id_out, shoal_err *err);
+
+/* Drop the write and its temporary file.  Accepts NULL. */
+void cache_write_abort(cache_writer *w);
+
+/* Stop for now but keep what was written (fsync + partial row), so a later
+ * cache_write_begin of the same key — in this process or after a restart —
+ * continues from here.  Always consumes the writer. */
+int cache_write_pause(cache_writer *w, shoal_err *err);
+
+/* Add names (another revision, model or file path) to a cached object. */
+int cache_names_add(cache *c, const cache_key *key, const cache_names *names,
+                    shoal_err *err);
+
+/* ---- read path ----------------------------------------------------------- */
+
+/* Who asks, for counting.  Any field may be -1 (session, model: 0). */
+typedef struct cache_req {
+    uint64_t session;         /* from cache_session_open, 0: none */
+    int64_t  model;           /* from cache_model_put, 0: none */
+    int32_t  layer;
+    int32_t  expert;
+    cache_tier tier;
+} cache_req;
+
+typedef struct cache_obj {
+    int        fd;            /* O_RDONLY, close-on-exec; caller closes */
+    uint64_t   length;        /* the blob is [0, length) of fd */
+    uint64_t   id;
+    cache_kind kind;
+    int        pinned;        /* effective: per object or per kind */
+    uint8_t    xxh128[16];    /* canonical (big-endian) XXH3-128 */
+} cache_obj;
+
+/* Look `key` up.  0 with out filled (a hit), or SHOAL_ENOTFOUND (a miss).
+ * With req, the hit or miss and bytes out are counted in memory (joins,
+ * wait time and bytes in are the caller's: cache_stats_add).  Never waits
+ * for an SQLite write.  The descriptor stays valid after eviction. */
+int cache_lookup(cache *c, const cache_key *key, const cache_req *req,
+                 cache_obj *out, shoal_err *err);
+
+/* Pin or unpin one object (pinned objects are never evicted). */
+int cache_pin(cache *c, const cache_key *key, int on, shoal_err *err);
+
+/* Remove one object now.  SHOAL_ENOTFOUND if absent. */
+int cache_remove(cache *c, const cache_key *key, shoal_err *err);
+
+typedef struct cache_usage {
+    uint64_t budget;
+    uint64_t used;            /* committed objects */
+    uint64_t reserved;        /* active writers */
+    uint64_t pinned;          /* bytes of pinned objects */
+    uint64_t objects;
+    uint64_t evicted;         /* objects evicted since open */
+    uint64_t evicted_bytes;
+} cache_usage;
+
+int cache_usage_get(cache *c, cache_usage *out, shoal_err *err);
+
+/* One object with one of its names, for listings. */
+typedef struct cache_entry {
+    uint64_t   id;
+    const char *etag;         /* borrowed for the callback's duration */
+    uint64_t   offset, length;
+    cache_kind kind;
+    int        pinned;
+    int64_t    model;         /* 0 if unnamed */
+    const char *file, *tensor;
+    int32_t    layer, expert;
+    int64_t    last_access_ms;
+    uint64_t   hits;
+} cache_entry;
+
+/* Calls fn once per (object, name) — objects without names once — of
+ * `model` (0: all).  fn returns 0 to go on; another value stops the walk
+ * and is returned. */
+typedef int (*cache_entry_fn)(const cache_entry *e, void *ctx);
+int cache_list(cache *c, int64_t model, cache_entry_fn fn, void *ctx, shoal_err *err);
+
+/* ---- verify ---------------------------------------------------------------- */
+
+typedef struct cache_verify_report {
+    uint64_t checked;
+    uint64_t bytes;
+    uint64_t bad;             /* wrong checksum or size: removed */
+    uint64_t missing;         /* blob gone: row removed */
+} cache_verify_report;
+
+/* Recompute the checksum of every object (model 0) or of a model's.  A bad
+ * object is logged, reported and removed, so it is never served again.
+ * Needs a writer handle. */
+int cache_verify(cache *c, int64_t model, cache_verify_report *rep, shoal_err *err);
+
+/* ---- counters and sessions ---------------------------------------------------- */
+
+typedef enum cache_outcome {
+    CACHE_HIT = 0, CACHE_MISS = 1, CACHE_JOIN = 2, CACHE_NONE = 3  /* NONE: bytes/wait only */
+} cache_outcome;
+
+typedef struct cache_counts {
+    uint64_t hits, misses, joins;
+    uint64_t bytes_in, bytes_out;
+    uint64_t wait_ns;
+} cache_counts;
+
+/* hits / (hits + misses + joins), 0 when there were no requests. */
+double cache_counts_hit_rate(const cache_counts *c);
+
+/* Open a session for a client (pid, program name).  One SQLite write, at
+ * connect time. */
+int cache_session_open(cache *c, int64_t pid, const char *program,
+                       uint64_t *session, shoal_err *err);
+int cache_session_close(cache *c, uint64_t session, shoal_err *err);
+
+/* Count one event in memory (no SQLite write).  A read-only handle cannot
+ * flush, so it counts nothing (readers report through the daemon). */
+void cache_stats_add(cache *c, const cache_req *req, cache_outcome outcome,
+                     uint64_t bytes_in, uint64_t bytes_out, uint64_t wait_ns);
+
+/* Nonzero when enough events or time have gathered for a flush. */
+int cache_flush_due(const cache *c);
+
+/* Write pending counters and access times in one transaction.  The daemon
+ * calls it from a timer; commits and close also flush when due. */
+int cache_flush(cache *c, shoal_err *err);
+
+typedef enum cache_stats_level {
+    CACHE_STATS_TOTAL = 0,    /* one row per tier */
+    CACHE_STATS_SESSION,      /* per session and tier */
+    CACHE_STATS_MODEL,        /* per model and tier */
+    CACHE_STATS_LAYER,        /* per (model, layer) and tier */
+    CACHE_STATS_EXPERT        /* per (model, layer, expert) and tier */
+} cache_stats_level;
+
+typedef struct cache_stats_row {
+    uint64_t   session;       /* CACHE_STATS_SESSION */
+    int64_t    model;         /* MODEL, LAYER, EXPERT */
+    int32_t    layer, expert;
+    cache_tier tier;
+    cache_counts counts;
+    /* Sessions only (borrowed for the callback's duration): */
+    int64_t    pid;
+    const char *program;
+    int64_t    started_ms, ended_ms;   /* ended 0: still open */
+} cache_stats_row;
+
+typedef int (*cache_stats_fn)(const cache_stats_row *row, void *ctx);
+
+/* Walk flushed counters at `level`, restricted to `model` (0: all).  A
+ * writer flushes first, so the figures include everything counted. */
+int cache_stats_query(cache *c, cache_stats_level level, int64_t model,
+                      cache_stats_fn fn, void *ctx, shoal_err *err);
+
+/* Sum over tiers (tier -1) or of one tier at CACHE_STATS_TOTAL. */
+int cache_stats_total(cache *c, int tier, cache_counts *out, shoal_err *err);
+
+/* ---- upstream metadata (for the fetcher) ------------------------------------ */
+
+#define CACHE_STR_MAX 1024
+#define CACHE_URL_MAX 4096
+
+/* Record that (endpoint, repo, revision) resolved to `commit` now; *id gets
+ * the model's id (stable for that commit).  Strings are copied. */
+int cache_model_put(cache *c, const char *endpoint, const char *repo,
+                    const char *revision, const char *commit, int64_t *id,
+                    shoal_err *err);
+
+typedef struct cache_model {
+    int64_t id;
+    char    endpoint[CACHE_STR_MAX];
+    char    repo[CACHE_STR_MAX];
+    char    revision[CACHE_STR_MAX];
+    char    commit[CACHE_STR_MAX];
+    int64_t resolved_ms;
+} cache_model;
+
+/* The latest commit (endpoint, repo, revision) resolved to.  SHOAL_ENOTFOUND
+ * if never recorded. */
+int cache_model_get(cache *c, const char *endpoint, const char *repo,
+                    const char *revision, cache_model *out, shoal_err *err);
+
+/* What the fetcher knows of one upstream file at one commit. */
+typedef struct cache_file {
+    char     endpoint[CACHE_STR_MAX];
+    char     repo[CACHE_STR_MAX];
+    char     commit[CACHE_STR_MAX];
+    char     path[CACHE_STR_MAX];
+    char     etag[CACHE_ETAG_MAX + 1];
+    uint64_t size;
+    char     location[CACHE_URL_MAX];    /* CDN URL, "" if none */
+    int64_t  location_expires_ms;        /* 0: unknown */
+    int64_t  updated_ms;                 /* set by cache_file_put */
+} cache_file;
+
+/* Insert or replace the record for (endpoint, repo, commit, path). */
+int cache_file_put(cache *c, const cache_file *f, shoal_err *err);
+/* SHOAL_ENOTFOUND if absent. */
+int cache_file_get(cache *c, const char *endpoint, const char *repo,
+                   const char *commit, const char *path, cache_file *out,
+                   shoal_err *err);
+
+#endif

@@ -1,0 +1,132 @@
+/* evict.c — which objects leave when the budget is full.
+ *
+ * Owns: the eviction policy (docs/cache-format.md, "Eviction"):
+ *
+ *   value(o) = last_access_s + W * ln(1 + hits)            W = 600 s
+ *            - Wf * (bytes_of_layer(o) / fair_share - 1)     experts only
+ *
+ * Lowest value goes first.  The first term is recency, the second is
+ * frequency (each e-fold of hits is worth ten minutes of recency), the
+ * third is per-layer fairness: an expert of a layer that holds twice its
+ * fair share of the cached expert bytes (the mean over layers) looks ten
+ * minutes older, one that holds less looks younger, so no layer is emptied
+ * to feed another.  Pinned objects are never candidates (invariant 5).
+ * An eviction round frees a little more than asked (1 % of the budget, at
+ * most 256 MiB) so that a full cache does not sort its candidates on every
+ * commit.  Rejected: pure LRU (one scan of a model evicts everything hot)
+ * and LFU (old favourites never leave).
+ *
+ * Does not own deleting (read.c: cache_objs_delete).
+ */
+#include "cache/cache_int.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+
+#define EVICT_W_FREQ   600.0
+#define EVICT_W_FAIR   600.0
+#define EVICT_LAYERS   4096     /* layers past this share one fairness bucket */
+#define EVICT_SLACK_MAX (256ull << 20)
+
+typedef struct cand {
+    double   value;
+    uint64_t id;
+    uint64_t len;
+} cand;
+
+static int cand_cmp(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->value != y->value)
+        return x->value < y->value ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int layer_bucket(int32_t layer)
+{
+    return layer >= 0 && layer < EVICT_LAYERS ? layer : EVICT_LAYERS;
+}
+
+int cache_evict_for(cache *c, uint64_t need, shoal_err *err)
+{
+    uint64_t have = c->used + c->reserved, over, unpinned = 0, target, freed = 0;
+    uint64_t *layer_bytes = NULL, expert_bytes = 0;
+    size_t ncand = 0, nvict = 0, nlayers = 0;
+    cand *cs = NULL;
+    uint64_t *ids = NULL;
+    int rc;
+
+    if (need > c->budget)
+        return shoal_err_set(err, SHOAL_ENOSPC, "cache budget is %" PRIu64 " bytes; an object of %"
+                             PRIu64 " bytes cannot fit (raise the budget)", c->budget, need);
+    if (have + need <= c->budget)
+        return 0;
+    over = have + need - c->budget;
+    for (size_t i = 0; i < c->nobjs; i++)
+        if (!cache_obj_pinned(c, &c->objs[i]))
+            unpinned += c->objs[i].len;
+    if (unpinned < over)
+        return shoal_err_set(err, SHOAL_ENOSPC, "cache budget %" PRIu64 " bytes is full: %" PRIu64
+                             " used, %" PRIu64 " being written, only %" PRIu64 " evictable; "
+                             "%" PRIu64 " more needed (unpin objects or raise the budget)",
+                             c->budget, c->used, c->reserved, unpinned, need);
+    target = over + (c->budget / 100 < EVICT_SLACK_MAX ? c->budget / 100 : EVICT_SLACK_MAX);
+    if (target > unpinned)
+        target = unpinned;
+
+    cs = malloc(c->nobjs * sizeof *cs);
+    ids = malloc(c->nobjs * sizeof *ids);
+    layer_bytes = calloc(EVICT_LAYERS + 1, sizeof *layer_bytes);
+    if (!cs || !ids || !layer_bytes) {
+        rc = shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory choosing what to evict");
+        goto out;
+    }
+    for (size_t i = 0; i < c->nobjs; i++) {
+        const cobj *o = &c->objs[i];
+        if (o->kind != CACHE_KIND_EXPERT)
+            continue;
+        int b = layer_bucket(o->layer);
+        nlayers += layer_bytes[b] == 0;
+        layer_bytes[b] += o->len;
+        expert_bytes += o->len;
+    }
+    double fair = nlayers ? (double)expert_bytes / (double)nlayers : 1.0;
+    for (size_t i = 0; i < c->nobjs; i++) {
+        const cobj *o = &c->objs[i];
+        if (cache_obj_pinned(c, o))
+            continue;
+        double v = (double)o->last_access_ms / 1000.0 + EVICT_W_FREQ * log1p((double)o->hits);
+        if (o->kind == CACHE_KIND_EXPERT)
+            v -= EVICT_W_FAIR * ((double)layer_bytes[layer_bucket(o->layer)] / fair - 1.0);
+        cs[ncand++] = (cand){ v, o->id, o->len };
+    }
+    qsort(cs, ncand, sizeof *cs, cand_cmp);
+    for (size_t i = 0; i < ncand && freed < target; i++) {
+        /* Invariant 5: never a pinned object. */
+        assert(!cache_obj_pinned(c, &c->objs[cache_obj_by_id(c, cs[i].id)]));
+        ids[nvict++] = cs[i].id;
+        freed += cs[i].len;
+    }
+    rc = cache_objs_delete(c, ids, nvict, err);
+    if (rc == 0) {
+        c->evicted += nvict;
+        c->evicted_bytes += freed;
+        LOG_DEBUG(CACHE_TAG, "evicted %zu objects, %" PRIu64 " bytes (needed %" PRIu64 ")",
+                  nvict, freed, over);
+        /* Invariant 4 (budget half): what is held plus what is asked fits. */
+        if (c->used + c->reserved + need > c->budget) {
+            LOG_ERROR(CACHE_TAG, "invariant 4 broken after eviction");
+            rc = shoal_err_set(err, SHOAL_EINTERNAL, "cache: eviction freed too little");
+        }
+    }
+out:
+    free(cs);
+    free(ids);
+    free(layer_bytes);
+    return rc;
+}

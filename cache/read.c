@@ -1,0 +1,358 @@
+/* read.c — lookups, pins, removal, listings and checksum verification.
+ *
+ * Owns: handing out a descriptor for a cached object (from memory in the
+ * writer, by a prepared statement in a read-only handle), deleting objects
+ * in the order invariant 7 asks for, and verify.  Does not own the counters
+ * themselves (stats.c) or choosing what to evict (evict.c).
+ */
+#include "cache/cache_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "common/log.h"
+#include "common/sys.h"
+
+static int open_blob(const cache *c, uint64_t id)
+{
+    char name[32];
+    cache_blob_name(name, sizeof name, id);
+    return openat(c->blobs_fd, name, O_RDONLY | O_CLOEXEC);
+}
+
+static int lookup_ro(cache *c, const cache_key *key, cache_obj *out, shoal_err *err)
+{
+    sqlite3_stmt *s = c->st[ST_OBJ_GET];
+    int rc;
+
+    sqlite3_bind_text(s, 1, key->etag, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, (int64_t)key->offset);
+    sqlite3_bind_int64(s, 3, (int64_t)key->length);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        out->id = (uint64_t)sqlite3_column_int64(s, 0);
+        out->length = (uint64_t)sqlite3_column_int64(s, 1);
+        out->kind = (cache_kind)sqlite3_column_int(s, 2);
+        out->pinned = sqlite3_column_int(s, 3) || (c->cfg.pin_kinds & CACHE_PIN_KIND(out->kind));
+        if (sqlite3_column_bytes(s, 4) == 16)
+            memcpy(out->xxh128, sqlite3_column_blob(s, 4), 16);
+    }
+    sqlite3_reset(s);
+    if (rc == SQLITE_DONE)
+        return shoal_err_set(err, SHOAL_ENOTFOUND, "not cached: %s [%" PRIu64 "+%" PRIu64 "]",
+                             key->etag, key->offset, key->length);
+    if (rc != SQLITE_ROW)
+        return cache_db_fail(c, rc, "lookup", err);
+    return 0;
+}
+
+int cache_lookup(cache *c, const cache_key *key, const cache_req *req, cache_obj *out,
+                 shoal_err *err)
+{
+    int rc;
+    uint32_t idx = CMAP_NONE;
+
+    out->fd = -1;
+    if ((rc = cache_key_check(key, err)) != 0)
+        return rc;
+    if (c->cfg.read_only) {
+        rc = lookup_ro(c, key, out, err);
+    } else {
+        idx = cache_obj_find(c, key);
+        if (idx == CMAP_NONE) {
+            rc = shoal_err_set(err, SHOAL_ENOTFOUND, "not cached: %s [%" PRIu64 "+%" PRIu64 "]",
+                               key->etag, key->offset, key->length);
+        } else {
+            const cobj *o = &c->objs[idx];
+            out->id = o->id;
+            out->length = o->len;
+            out->kind = (cache_kind)o->kind;
+            out->pinned = cache_obj_pinned(c, o);
+            memcpy(out->xxh128, o->xxh, 16);
+        }
+    }
+    if (rc == 0) {
+        out->fd = open_blob(c, out->id);
+        if (out->fd < 0) {
+            /* Gone behind our back (someone removed the file): a miss; the
+             * next repair or verify drops the row. */
+            LOG_WARN(CACHE_TAG, "blob of object %" PRIu64 " cannot be opened: %s", out->id,
+                     strerror(errno));
+            rc = shoal_err_set(err, SHOAL_ENOTFOUND, "blob of %s missing", key->etag);
+            idx = CMAP_NONE;
+        }
+    }
+    if (req)
+        cache_stats_add(c, req, rc == 0 ? CACHE_HIT : CACHE_MISS, 0, rc == 0 ? out->length : 0, 0);
+    if (idx != CMAP_NONE && rc == 0)
+        cache_stats_note_access(c, idx);
+    return rc;
+}
+
+static int delete_rows(cache *c, const uint64_t *ids, size_t n, shoal_err *err)
+{
+    int rc = cache_db_begin(c, err);
+
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        sqlite3_stmt *s = c->st[ST_OBJ_DELETE], *m = c->st[ST_NAME_DELETE];
+        sqlite3_bind_int64(s, 1, (int64_t)ids[i]);
+        sqlite3_bind_int64(m, 1, (int64_t)ids[i]);
+        int r1 = sqlite3_step(s), r2 = sqlite3_step(m);
+        sqlite3_reset(s);
+        sqlite3_reset(m);
+        if (r1 != SQLITE_DONE || r2 != SQLITE_DONE)
+            rc = cache_db_fail(c, r1 != SQLITE_DONE ? r1 : r2, "delete object", err);
+    }
+    if (rc == 0)
+        return cache_db_commit(c, err);
+    cache_db_rollback(c);
+    return rc;
+}
+
+int cache_objs_delete(cache *c, const uint64_t *ids, size_t n, shoal_err *err)
+{
+    int rc, gave = 0;
+
+    if (n == 0)
+        return 0;
+    rc = delete_rows(c, ids, n, err);
+    if (rc == SHOAL_ENOSPC && cache_reserve_give(c) == 0) {
+        /* The disk is full to the last block: spend the reserve on the
+         * index write that frees space, take it back afterwards. */
+        gave = 1;
+        shoal_err_clear(err);
+        rc = delete_rows(c, ids, n, err);
+    }
+    if (rc) {
+        if (gave)
+            cache_reserve_take(c);
+        return rc;
+    }
+    /* Invariant 7: rows first, then blobs.  A crash in between leaves
+     * orphan blobs, which the repair at open removes. */
+    for (size_t i = 0; i < n; i++) {
+        char path[SHOAL_PATH_MAX];
+        uint32_t idx = cache_obj_by_id(c, ids[i]);
+        if (idx != CMAP_NONE)
+            cache_obj_drop(c, idx);
+        if (cache_blob_path(c, ids[i], path, sizeof path) == 0 &&
+            cache_io_now.unlink(path) != 0 && errno != ENOENT)
+            LOG_WARN(CACHE_TAG, "unlink %s: %s", path, strerror(errno));
+    }
+    if (gave)
+        cache_reserve_take(c);
+    return 0;
+}
+
+static int need_writer(const cache *c, const char *what, shoal_err *err)
+{
+    return c->cfg.read_only ? shoal_err_set(err, SHOAL_EINVAL, "cache %s is open read-only: "
+                                            "cannot %s", c->dir, what) : 0;
+}
+
+int cache_remove(cache *c, const cache_key *key, shoal_err *err)
+{
+    int rc;
+    uint32_t idx;
+
+    if ((rc = cache_key_check(key, err)) != 0 || (rc = need_writer(c, "remove", err)) != 0)
+        return rc;
+    idx = cache_obj_find(c, key);
+    if (idx == CMAP_NONE)
+        return shoal_err_set(err, SHOAL_ENOTFOUND, "not cached: %s", key->etag);
+    uint64_t id = c->objs[idx].id;
+    return cache_objs_delete(c, &id, 1, err);
+}
+
+int cache_pin(cache *c, const cache_key *key, int on, shoal_err *err)
+{
+    int rc, r;
+    uint32_t idx;
+    sqlite3_stmt *s = c->st[ST_OBJ_PIN];
+
+    if ((rc = cache_key_check(key, err)) != 0 || (rc = need_writer(c, "pin", err)) != 0)
+        return rc;
+    idx = cache_obj_find(c, key);
+    if (idx == CMAP_NONE)
+        return shoal_err_set(err, SHOAL_ENOTFOUND, "not cached: %s", key->etag);
+    sqlite3_bind_int64(s, 1, (int64_t)c->objs[idx].id);
+    sqlite3_bind_int(s, 2, on ? 1 : 0);
+    r = sqlite3_step(s);
+    sqlite3_reset(s);
+    if (r != SQLITE_DONE)
+        return cache_db_fail(c, r, "pin", err);
+    c->objs[idx].pinned = on ? 1 : 0;
+    return 0;
+}
+
+int cache_names_add(cache *c, const cache_key *key, const cache_names *names, shoal_err *err)
+{
+    int rc;
+    uint32_t idx;
+
+    if ((rc = cache_key_check(key, err)) != 0 || (rc = need_writer(c, "name objects", err)) != 0)
+        return rc;
+    idx = cache_obj_find(c, key);
+    if (idx == CMAP_NONE)
+        return shoal_err_set(err, SHOAL_ENOTFOUND, "not cached: %s", key->etag);
+    if ((rc = cache_db_begin(c, err)) != 0)
+        return rc;
+    rc = cache_names_insert(c, c->objs[idx].id, names, err);
+    if (rc == 0)
+        return cache_db_commit(c, err);
+    cache_db_rollback(c);
+    return rc;
+}
+
+int cache_list(cache *c, int64_t model, cache_entry_fn fn, void *ctx, shoal_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    int rc, r = 0;
+
+    if (!c->cfg.read_only && (rc = cache_flush(c, err)) != 0)
+        return rc;
+    rc = sqlite3_prepare_v2(c->db,
+        "SELECT o.id, o.etag, o.off, o.len, o.kind, o.pinned, coalesce(n.model_id, 0),"
+        " coalesce(n.file, ''), coalesce(n.tensor, ''), coalesce(n.layer, o.layer),"
+        " coalesce(n.expert, o.expert), o.last_access_ms, o.hits"
+        " FROM objects o LEFT JOIN names n ON n.object_id = o.id"
+        " WHERE ?1 = 0 OR n.model_id = ?1 ORDER BY o.id", -1, &s, NULL);
+    if (rc != SQLITE_OK)
+        return cache_db_fail(c, rc, "list", err);
+    sqlite3_bind_int64(s, 1, model);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        cache_entry e;
+        e.id = (uint64_t)sqlite3_column_int64(s, 0);
+        e.etag = (const char *)sqlite3_column_text(s, 1);
+        e.offset = (uint64_t)sqlite3_column_int64(s, 2);
+        e.length = (uint64_t)sqlite3_column_int64(s, 3);
+        e.kind = (cache_kind)sqlite3_column_int(s, 4);
+        e.pinned = sqlite3_column_int(s, 5) || (c->cfg.pin_kinds & CACHE_PIN_KIND(e.kind));
+        e.model = sqlite3_column_int64(s, 6);
+        e.file = (const char *)sqlite3_column_text(s, 7);
+        e.tensor = (const char *)sqlite3_column_text(s, 8);
+        e.layer = sqlite3_column_int(s, 9);
+        e.expert = sqlite3_column_int(s, 10);
+        e.last_access_ms = sqlite3_column_int64(s, 11);
+        e.hits = (uint64_t)sqlite3_column_int64(s, 12);
+        if ((r = fn(&e, ctx)) != 0)
+            break;
+    }
+    sqlite3_finalize(s);
+    if (r)
+        return r;
+    return rc == SQLITE_DONE ? 0 : cache_db_fail(c, rc, "list", err);
+}
+
+/* Hash the blob of objs[idx]: 0 good, 1 bad (wrong size or checksum),
+ * 2 missing. */
+static int verify_one(cache *c, const cobj *o, uint8_t *buf, size_t cap, uint64_t *bytes)
+{
+    XXH3_state_t *xs = XXH3_createState();
+    XXH128_canonical_t can;
+    uint64_t at = 0;
+    int fd = open_blob(c, o->id), bad = 0;
+
+    if (fd < 0) {
+        XXH3_freeState(xs);
+        return errno == ENOENT ? 2 : 1;
+    }
+    XXH3_128bits_reset(xs);
+    for (;;) {
+        ssize_t k = pread(fd, buf, cap, (off_t)at);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            bad = k < 0;
+            break;
+        }
+        XXH3_128bits_update(xs, buf, (size_t)k);
+        at += (uint64_t)k;
+    }
+    close(fd);
+    *bytes += at;
+    XXH128_canonicalFromHash(&can, XXH3_128bits_digest(xs));
+    XXH3_freeState(xs);
+    if (bad || at != o->len || memcmp(can.digest, o->xxh, 16) != 0)
+        return 1;
+    return 0;
+}
+
+static int model_objects(cache *c, int64_t model, uint64_t **ids, size_t *n, shoal_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    size_t cap = 0;
+    int rc = sqlite3_prepare_v2(c->db, "SELECT DISTINCT object_id FROM names WHERE model_id=?1",
+                                -1, &s, NULL);
+    *ids = NULL;
+    *n = 0;
+    if (rc != SQLITE_OK)
+        return cache_db_fail(c, rc, "verify", err);
+    sqlite3_bind_int64(s, 1, model);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 64;
+            uint64_t *p = realloc(*ids, cap * sizeof *p);
+            if (!p) {
+                sqlite3_finalize(s);
+                return shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory");
+            }
+            *ids = p;
+        }
+        (*ids)[(*n)++] = (uint64_t)sqlite3_column_int64(s, 0);
+    }
+    sqlite3_finalize(s);
+    return rc == SQLITE_DONE ? 0 : cache_db_fail(c, rc, "verify", err);
+}
+
+int cache_verify(cache *c, int64_t model, cache_verify_report *rep, shoal_err *err)
+{
+    uint64_t *todo = NULL, *bad = NULL;
+    size_t ntodo = 0, nbad = 0;
+    uint8_t *buf = NULL;
+    int rc;
+
+    memset(rep, 0, sizeof *rep);
+    if ((rc = need_writer(c, "verify", err)) != 0)
+        return rc;
+    if (model) {
+        rc = model_objects(c, model, &todo, &ntodo, err);
+    } else {
+        ntodo = c->nobjs;
+        todo = malloc((ntodo + 1) * sizeof *todo);
+        if (!todo)
+            rc = shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory");
+        for (size_t i = 0; todo && i < ntodo; i++)
+            todo[i] = c->objs[i].id;
+    }
+    if (rc == 0 && (!(buf = malloc(1 << 20)) || !(bad = malloc((ntodo + 1) * sizeof *bad))))
+        rc = shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory");
+    for (size_t i = 0; rc == 0 && i < ntodo; i++) {
+        uint32_t idx = cache_obj_by_id(c, todo[i]);
+        if (idx == CMAP_NONE)
+            continue;
+        const cobj *o = &c->objs[idx];
+        int v = verify_one(c, o, buf, 1 << 20, &rep->bytes);
+        rep->checked++;
+        if (v == 0)
+            continue;
+        LOG_ERROR(CACHE_TAG, "verify: object %" PRIu64 " (%s [%" PRIu64 "+%" PRIu64 "]) %s; removing it",
+                  o->id, o->etag, o->off, o->len, v == 2 ? "has no blob" : "is corrupt");
+        if (v == 2)
+            rep->missing++;
+        else
+            rep->bad++;
+        bad[nbad++] = o->id;
+    }
+    if (rc == 0)
+        rc = cache_objs_delete(c, bad, nbad, err);
+    free(todo);
+    free(bad);
+    free(buf);
+    return rc;
+}
