@@ -34,9 +34,12 @@ engine_SRC  := $(filter-out engine/main.c,$(wildcard engine/*.c engine/kernels/*
 
 # Per-file flags: ISA variants of the kernels are compiled for their ISA
 # only; the code that calls them checks the CPU once at start-up.
+# (On other machines those files compile to nothing.)
+ifeq ($(shell uname -m),x86_64)
 $(BUILD)/engine/kernels/%_avx2.o:   XFLAGS := -mavx2 -mfma -mf16c
 $(BUILD)/engine/kernels/%_avx512.o: XFLAGS := -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 $(BUILD)/engine/kernels/%_avxvnni.o: XFLAGS := -mavx2 -mfma -mf16c -mavxvnni
+endif
 
 objs = $(patsubst %.c,$(BUILD)/%.o,$(1))
 lib  = $(BUILD)/lib$(1).a
@@ -54,6 +57,7 @@ LIBS_mkmodel  := common
 LIBS_hubmock  := common
 LIBS_stinfo   := common
 LIBS_hubget   := fetcher common
+LIBS_shoal-fetch := fetcher cache common
 LIBS_shoald   := fetcher cache common
 LIBS_shoal-engine := engine common
 

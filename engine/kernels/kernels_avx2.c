@@ -1,0 +1,254 @@
+/* kernels_avx2.c — AVX2 + FMA row kernels (compiled with -mavx2 -mfma
+ * -mf16c; called only when the CPU has them).
+ *
+ * Fast MXFP4, a group of 4 blocks (64 packed bytes) per step: the low
+ * nibbles of 32 packed bytes line up with 32 contiguous activations
+ * (kernels_int.h invariant 1), a byte shuffle looks up the doubled e2m1
+ * values plus KERNELS_VNNI_BIAS (unsigned, as maddubs wants), maddubs and
+ * madd give the int32 lanes and adding the quantizer's bias terms makes
+ * them exactly the lane sums of invariant 2; one FMA per 8 lanes folds
+ * them into the accumulators of invariant 3.  Software prefetch
+ * runs KERNELS_PREFETCH bytes ahead on the packed bytes and the scales; the
+ * rows of a thread are contiguous, so it runs on into the next row.
+ */
+#if defined(__x86_64__)
+
+#include "engine/kernels/kernels_avx2_int.h"
+
+/* Lanes of biased weights times activations, bias removed, as floats. */
+static inline __m256 lanes_fast(__m256i wb, const int8_t *q, const int32_t *bias)
+{
+    __m256i p16 = _mm256_maddubs_epi16(wb, _mm256_loadu_si256((const __m256i *)q));
+    __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+    return _mm256_cvtepi32_ps(_mm256_add_epi32(p32, _mm256_loadu_si256((const __m256i *)bias)));
+}
+
+static float row_fast(const uint8_t *p, const uint8_t *s, size_t nb,
+                      const int8_t *q, const float *d, const int32_t *bias)
+{
+    const __m256i tab = _mm256_broadcastsi128_si256(tab_biased128());
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i i01 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    const __m256i i23 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
+    __m256 e01 = _mm256_setzero_ps(), o01 = _mm256_setzero_ps();
+    __m256 e23 = _mm256_setzero_ps(), o23 = _mm256_setzero_ps();
+    size_t b = 0;
+
+    for (; b + 4 <= nb; b += 4) {
+        const int8_t *Q = q + b * 32;
+        const int32_t *B = bias + b * 8;
+        _mm_prefetch((const char *)p + b * 16 + KERNELS_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)s + b + KERNELS_PREFETCH / 16, _MM_HINT_T0);
+        __m256 c4 = _mm256_castps128_ps256(scales4(s + b, d + b));
+        __m256 c01 = _mm256_permutevar8x32_ps(c4, i01), c23 = _mm256_permutevar8x32_ps(c4, i23);
+        __m256i v01 = _mm256_loadu_si256((const __m256i *)(p + b * 16));
+        __m256i v23 = _mm256_loadu_si256((const __m256i *)(p + b * 16 + 32));
+        __m256i wl01 = _mm256_shuffle_epi8(tab, _mm256_and_si256(v01, m4));
+        __m256i wh01 = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v01, 4), m4));
+        __m256i wl23 = _mm256_shuffle_epi8(tab, _mm256_and_si256(v23, m4));
+        __m256i wh23 = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v23, 4), m4));
+        e01 = _mm256_fmadd_ps(lanes_fast(wl01, Q, B), c01, e01);
+        e23 = _mm256_fmadd_ps(lanes_fast(wl23, Q + 32, B + 8), c23, e23);
+        o01 = _mm256_fmadd_ps(lanes_fast(wh01, Q + 64, B + 16), c01, o01);
+        o23 = _mm256_fmadd_ps(lanes_fast(wh23, Q + 96, B + 24), c23, o23);
+    }
+    if (b < nb) {
+        float A[32];
+        spill_groups(A, e01, o01, e23, o23);
+        kernels_fast_blocks(A, p, s, q, d, b, nb);
+        return kernels_reduce32(A);
+    }
+    return reduce_groups(e01, o01, e23, o23);
+}
+
+/* Batches: decode the row's full groups once (biased weights in the
+ * activation layout, and scale * 0.5 per block) and reuse them for every
+ * vector.  Same integers, same float order as row_fast. */
+static void decode_row(const uint8_t *p, const uint8_t *s, size_t ng, uint8_t *wbuf, float *sh)
+{
+    const __m256i tab = _mm256_broadcastsi128_si256(tab_biased128());
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (size_t g = 0; g < ng; g++) {
+        for (int h = 0; h < 2; h++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(p + g * 64 + 32 * h));
+            _mm256_storeu_si256((__m256i *)(wbuf + g * 128 + 32 * h),
+                                _mm256_shuffle_epi8(tab, _mm256_and_si256(v, m4)));
+            _mm256_storeu_si256((__m256i *)(wbuf + g * 128 + 64 + 32 * h),
+                                _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)));
+        }
+        for (int k = 0; k < 4; k++)
+            sh[4 * g + k] = kernels_ue8m0(s[4 * g + k]) * 0.5f;
+    }
+}
+
+static float row_decoded(const uint8_t *wbuf, const float *sh, size_t ng, const uint8_t *p,
+                         const uint8_t *s, size_t nb, const int8_t *q, const float *d,
+                         const int32_t *bias)
+{
+    const __m256i i01 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    const __m256i i23 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
+    __m256 e01 = _mm256_setzero_ps(), o01 = _mm256_setzero_ps();
+    __m256 e23 = _mm256_setzero_ps(), o23 = _mm256_setzero_ps();
+
+    for (size_t g = 0; g < ng; g++) {
+        const uint8_t *W = wbuf + g * 128;
+        const int8_t *Q = q + g * 128;
+        const int32_t *B = bias + g * 32;
+        __m256 c4 = _mm256_castps128_ps256(_mm_mul_ps(_mm_loadu_ps(sh + 4 * g), _mm_loadu_ps(d + 4 * g)));
+        __m256 c01 = _mm256_permutevar8x32_ps(c4, i01), c23 = _mm256_permutevar8x32_ps(c4, i23);
+        e01 = _mm256_fmadd_ps(lanes_fast(_mm256_loadu_si256((const __m256i *)W), Q, B), c01, e01);
+        e23 = _mm256_fmadd_ps(lanes_fast(_mm256_loadu_si256((const __m256i *)(W + 32)), Q + 32, B + 8),
+                              c23, e23);
+        o01 = _mm256_fmadd_ps(lanes_fast(_mm256_loadu_si256((const __m256i *)(W + 64)), Q + 64, B + 16),
+                              c01, o01);
+        o23 = _mm256_fmadd_ps(lanes_fast(_mm256_loadu_si256((const __m256i *)(W + 96)), Q + 96, B + 24),
+                              c23, o23);
+    }
+    if (4 * ng < nb) {
+        float A[32];
+        spill_groups(A, e01, o01, e23, o23);
+        kernels_fast_blocks(A, p, s, q, d, 4 * ng, nb);
+        return kernels_reduce32(A);
+    }
+    return reduce_groups(e01, o01, e23, o23);
+}
+
+static void avx2_mxfp4_fast(const kernels_mxfp4 *w, size_t r0, size_t r1,
+                            const kernels_act *a, float *y, size_t ldy)
+{
+    size_t nb = w->cols / KERNELS_BLOCK, ng = nb / 4;
+
+    if (a->n == 1 || w->cols > KERNELS_ROWBUF) {
+        for (size_t r = r0; r < r1; r++)
+            for (size_t v = 0; v < a->n; v++)
+                y[v * ldy + r] = row_fast(w->packed + r * nb * 16, w->scale + r * nb, nb,
+                                          a->q + v * nb * 32, a->d + v * nb, a->bias + v * nb * 8);
+        return;
+    }
+    uint8_t wbuf[KERNELS_ROWBUF];
+    float sh[KERNELS_ROWBUF / KERNELS_BLOCK];
+    for (size_t r = r0; r < r1; r++) {
+        const uint8_t *p = w->packed + r * nb * 16, *s = w->scale + r * nb;
+        decode_row(p, s, ng, wbuf, sh);
+        for (size_t v = 0; v < a->n; v++)
+            y[v * ldy + r] = row_decoded(wbuf, sh, ng, p, s, nb, a->q + v * nb * 32,
+                                         a->d + v * nb, a->bias + v * nb * 8);
+    }
+}
+
+/* Exact: decode each block to f32 in column order, FMA against x, scale
+ * the block sum by the power of two (exact), two accumulators. */
+static float row_exact(const uint8_t *p, const uint8_t *s, size_t nb, const float *x)
+{
+    const __m128i tab = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+
+    for (size_t b = 0; b < nb; b++) {
+        _mm_prefetch((const char *)p + b * 16 + KERNELS_PREFETCH, _MM_HINT_T0);
+        __m128i by = _mm_loadu_si128((const __m128i *)(p + b * 16));
+        __m128i lo = _mm_and_si128(by, m4), hi = _mm_and_si128(_mm_srli_epi16(by, 4), m4);
+        __m128i v0 = _mm_shuffle_epi8(tab, _mm_unpacklo_epi8(lo, hi));
+        __m128i v1 = _mm_shuffle_epi8(tab, _mm_unpackhi_epi8(lo, hi));
+        const float *xb = x + b * 32;
+        __m256 s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v0)), _mm256_loadu_ps(xb));
+        __m256 s1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v0, 8))),
+                                  _mm256_loadu_ps(xb + 8));
+        s0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v1)), _mm256_loadu_ps(xb + 16), s0);
+        s1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v1, 8))),
+                             _mm256_loadu_ps(xb + 24), s1);
+        __m256 c = _mm256_set1_ps(kernels_ue8m0(s[b]) * 0.5f);
+        if (b & 1)
+            acc1 = _mm256_fmadd_ps(_mm256_add_ps(s0, s1), c, acc1);
+        else
+            acc0 = _mm256_fmadd_ps(_mm256_add_ps(s0, s1), c, acc0);
+    }
+    return reduce4(acc0, _mm256_setzero_ps(), acc1, _mm256_setzero_ps());
+}
+
+void kernels_avx2_mxfp4_exact(const kernels_mxfp4 *w, size_t r0, size_t r1,
+                              const float *x, size_t n, float *y, size_t ldy)
+{
+    size_t nb = w->cols / KERNELS_BLOCK;
+    for (size_t r = r0; r < r1; r++)
+        for (size_t v = 0; v < n; v++)
+            y[v * ldy + r] = row_exact(w->packed + r * nb * 16, w->scale + r * nb, nb,
+                                       x + v * w->cols);
+}
+
+static float row_q8(const int8_t *wr, size_t nb, const int8_t *q, const float *d)
+{
+    const __m256i i01 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    const __m256i i23 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
+    __m256 e01 = _mm256_setzero_ps(), o01 = _mm256_setzero_ps();
+    __m256 e23 = _mm256_setzero_ps(), o23 = _mm256_setzero_ps();
+    size_t b = 0;
+
+    for (; b + 4 <= nb; b += 4) {
+        const int8_t *W = wr + b * 32, *Q = q + b * 32;
+        _mm_prefetch((const char *)W + KERNELS_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)W + KERNELS_PREFETCH + 64, _MM_HINT_T0);
+        __m256 c4 = _mm256_castps128_ps256(_mm_loadu_ps(d + b));
+        __m256 c01 = _mm256_permutevar8x32_ps(c4, i01), c23 = _mm256_permutevar8x32_ps(c4, i23);
+#define Q8_LANES(off) _mm256_cvtepi32_ps(dot_lanes(_mm256_loadu_si256((const __m256i *)(W + (off))), \
+                                                   _mm256_loadu_si256((const __m256i *)(Q + (off)))))
+        e01 = _mm256_fmadd_ps(Q8_LANES(0), c01, e01);
+        e23 = _mm256_fmadd_ps(Q8_LANES(32), c23, e23);
+        o01 = _mm256_fmadd_ps(Q8_LANES(64), c01, o01);
+        o23 = _mm256_fmadd_ps(Q8_LANES(96), c23, o23);
+#undef Q8_LANES
+    }
+    if (b < nb) {
+        float A[32];
+        spill_groups(A, e01, o01, e23, o23);
+        kernels_q8_blocks(A, wr, q, d, b, nb);
+        return kernels_reduce32(A);
+    }
+    return reduce_groups(e01, o01, e23, o23);
+}
+
+static void avx2_q8(const kernels_q8 *w, size_t r0, size_t r1,
+                    const kernels_act *a, float *y, size_t ldy)
+{
+    size_t nb = w->cols / KERNELS_BLOCK;
+    for (size_t r = r0; r < r1; r++)
+        for (size_t v = 0; v < a->n; v++)
+            y[v * ldy + r] = row_q8(w->q + r * w->cols, nb, a->q + v * w->cols, a->d + v * nb) *
+                             w->scale[r];
+}
+
+void kernels_avx2_f32(const kernels_f32 *w, size_t r0, size_t r1,
+                      const float *x, size_t n, float *y, size_t ldy)
+{
+    size_t cols = w->cols;
+    for (size_t r = r0; r < r1; r++) {
+        const float *wr = w->w + r * cols;
+        for (size_t v = 0; v < n; v++) {
+            const float *xv = x + v * cols;
+            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+            __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+            size_t j = 0;
+            for (; j + 32 <= cols; j += 32) {
+                _mm_prefetch((const char *)(wr + j) + KERNELS_PREFETCH, _MM_HINT_T0);
+                _mm_prefetch((const char *)(wr + j) + KERNELS_PREFETCH + 64, _MM_HINT_T0);
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + j), _mm256_loadu_ps(xv + j), a0);
+                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + j + 8), _mm256_loadu_ps(xv + j + 8), a1);
+                a2 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + j + 16), _mm256_loadu_ps(xv + j + 16), a2);
+                a3 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + j + 24), _mm256_loadu_ps(xv + j + 24), a3);
+            }
+            float acc = reduce4(a0, a1, a2, a3);
+            for (; j < cols; j++)
+                acc += wr[j] * xv[j];
+            y[v * ldy + r] = acc;
+        }
+    }
+}
+
+const kernels_ops kernels_ops_avx2 = {
+    avx2_mxfp4_fast, kernels_avx2_mxfp4_exact, avx2_q8, kernels_avx2_f32
+};
+
+#else
+/* Not x86-64: nothing to build (ISO C wants a declaration per file). */
+typedef int kernels_avx2_unused;
+#endif

@@ -1,0 +1,82 @@
+/* ref.c — scalar reference kernels: the definition every ISA variant is
+ * checked against.  Plain C, always built.
+ *
+ * Exact MXFP4: y = sum_j w[j]*x[j] in f32, j in column order, w decoded
+ * exactly (e2m1 times a power of two).  Fast MXFP4 and int8: the integer
+ * lane sums and float order of kernels_int.h invariants 2-4.  f32: column
+ * order.
+ */
+#include "engine/kernels/kernels_int.h"
+
+#include <math.h>
+
+const int8_t kernels_e2m1x2[16] = {
+    0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
+};
+
+static void scalar_mxfp4_fast(const kernels_mxfp4 *w, size_t r0, size_t r1,
+                              const kernels_act *a, float *y, size_t ldy)
+{
+    size_t nb = w->cols / KERNELS_BLOCK;
+    for (size_t r = r0; r < r1; r++)
+        for (size_t v = 0; v < a->n; v++) {
+            float acc[32] = { 0 };
+            kernels_fast_blocks(acc, w->packed + r * nb * 16, w->scale + r * nb,
+                                a->q + v * w->cols, a->d + v * nb, 0, nb);
+            y[v * ldy + r] = kernels_reduce32(acc);
+        }
+}
+
+static void scalar_mxfp4_exact(const kernels_mxfp4 *w, size_t r0, size_t r1,
+                               const float *x, size_t n, float *y, size_t ldy)
+{
+    size_t cols = w->cols, nb = cols / KERNELS_BLOCK;
+    for (size_t r = r0; r < r1; r++) {
+        const uint8_t *p = w->packed + r * (cols / 2), *s = w->scale + r * nb;
+        for (size_t v = 0; v < n; v++) {
+            const float *xv = x + v * cols;
+            float acc = 0;
+            for (size_t j = 0; j < cols; j++) {
+                int code = (j & 1) ? p[j / 2] >> 4 : p[j / 2] & 15;
+                float wj = (float)kernels_e2m1x2[code] * (kernels_ue8m0(s[j / 32]) * 0.5f);
+                acc += wj * xv[j];
+            }
+            y[v * ldy + r] = acc;
+        }
+    }
+}
+
+static void scalar_q8(const kernels_q8 *w, size_t r0, size_t r1,
+                      const kernels_act *a, float *y, size_t ldy)
+{
+    size_t nb = w->cols / KERNELS_BLOCK;
+    for (size_t r = r0; r < r1; r++) {
+        const int8_t *wr = w->q + r * w->cols;
+        for (size_t v = 0; v < a->n; v++) {
+            const int8_t *q = a->q + v * w->cols;
+            const float *d = a->d + v * nb;
+            float acc[32] = { 0 };
+            kernels_q8_blocks(acc, wr, q, d, 0, nb);
+            y[v * ldy + r] = kernels_reduce32(acc) * w->scale[r];
+        }
+    }
+}
+
+static void scalar_f32(const kernels_f32 *w, size_t r0, size_t r1,
+                       const float *x, size_t n, float *y, size_t ldy)
+{
+    for (size_t r = r0; r < r1; r++) {
+        const float *wr = w->w + r * w->cols;
+        for (size_t v = 0; v < n; v++) {
+            const float *xv = x + v * w->cols;
+            float acc = 0;
+            for (size_t j = 0; j < w->cols; j++)
+                acc += wr[j] * xv[j];
+            y[v * ldy + r] = acc;
+        }
+    }
+}
+
+const kernels_ops kernels_ops_scalar = {
+    scalar_mxfp4_fast, scalar_mxfp4_exact, scalar_q8, scalar_f32
+};
