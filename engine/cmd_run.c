@@ -1,0 +1,466 @@
+/* cmd_run.c — `shoal-engine run MODEL --tokens IDS --max-tokens N`: greedy
+ * generation from a prompt of token ids.
+ *
+ * Owns: option parsing, the generation loop (prefill in chunks, then one
+ * decode step per token, argmax with ties to the lowest id), and the
+ * outputs: ids line, --json, --dump-logits, --dump-hidden (.npy), --stats.
+ * Does not own the forward pass (session.h) nor the model (model.h).
+ *
+ * Dump formats match tests/reference/k3_ref.py:
+ *   --dump-logits  raw little-endian float32, vocab_size values for each
+ *                  generated token: the distribution it was taken from
+ *                  (position prompt-1, then each decode step);
+ *   --dump-hidden  .npy float64 [positions, layers, hidden], the output of
+ *                  every layer for every position run through the stack
+ *                  (prompt + max_tokens - 1: the last token is not fed back).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/err.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/sys.h"
+#include "engine/commands.h"
+#include "engine/expert_source.h"
+#include "engine/model.h"
+#include "engine/session.h"
+
+typedef struct run_opts {
+    const char *model;
+    int32_t *tokens;
+    size_t n_tokens;
+    long max_tokens;
+    int json, stats, stop_at_eos;
+    const char *dump_logits, *dump_hidden;
+    long threads, chunk;
+    int experts;                 /* -1: by spine */
+    engine_model_options mopt;
+} run_opts;
+
+static void usage(FILE *f)
+{
+    fputs("usage: shoal-engine run MODEL --tokens IDS [--max-tokens N] [options]\n"
+          "\n"
+          "Greedy generation from comma-separated token ids; prints the generated\n"
+          "ids space-separated as the last line of stdout.\n"
+          "\n"
+          "  MODEL               a local model directory (hf://... needs shoald)\n"
+          "  --tokens IDS        prompt, e.g. 1,2,3 (no BOS is added)\n"
+          "  --max-tokens N      tokens to generate (default 16)\n"
+          "  --stop-at-eos       stop after eos_token_id\n"
+          "  --json              print one JSON object instead of the ids line\n"
+          "  --dump-logits FILE  float32 LE, vocab_size values per generated token\n"
+          "  --dump-hidden FILE  .npy float64 [positions, layers, hidden]\n"
+          "  --stats             per-token time, expert bytes and tiers, time split (stderr)\n"
+          "  --threads N         compute threads (default: online cores)\n"
+          "  --chunk N           prefill chunk size (default 16)\n"
+          "  --spine int8|f32    spine numerics (default int8)\n"
+          "  --experts fast|exact  routed experts: int8 or f32 activations\n"
+          "                      (default fast with the int8 spine, exact with f32)\n"
+          "  --alog per-head|per-channel   KDA A_log indexing (default per-head)\n"
+          "  --mla-eps E         MLA latent RMSNorm epsilon (default 1e-6)\n"
+          "  --l2 fla|max        KDA L2 norm form (default fla)\n", f);
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_tokens(const char *s, run_opts *o)
+{
+    size_t cap = 16;
+    o->tokens = malloc(cap * sizeof *o->tokens);
+    if (!o->tokens)
+        return -1;
+    while (*s) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (errno || end == s || v < INT32_MIN || v > INT32_MAX || (*end && *end != ','))
+            return -1;
+        if (o->n_tokens == cap) {
+            int32_t *nt = realloc(o->tokens, 2 * cap * sizeof *nt);
+            if (!nt)
+                return -1;
+            o->tokens = nt;
+            cap *= 2;
+        }
+        o->tokens[o->n_tokens++] = (int32_t)v;
+        s = *end ? end + 1 : end;
+    }
+    return o->n_tokens ? 0 : -1;
+}
+
+/* 0, or 2 after printing a usage error. */
+static int parse_args(int argc, char **argv, run_opts *o)
+{
+    const char *toks = NULL;
+
+    engine_model_options_default(&o->mopt);
+    o->max_tokens = 16;
+    o->chunk = 16;
+    o->threads = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+    o->experts = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = 1;
+        if (strcmp(a, "--json") == 0) o->json = 1, takes = 0;
+        else if (strcmp(a, "--stats") == 0) o->stats = 1, takes = 0;
+        else if (strcmp(a, "--stop-at-eos") == 0) o->stop_at_eos = 1, takes = 0;
+        else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage(stdout); return 1; }
+        else if (a[0] != '-' || strcmp(a, "-") == 0) {
+            if (o->model) { fprintf(stderr, "run: more than one MODEL\n"); return 2; }
+            o->model = a;
+            takes = 0;
+        } else if (!val) {
+            fprintf(stderr, "run: %s needs a value\n", a);
+            return 2;
+        } else if (strcmp(a, "--tokens") == 0) toks = val;
+        else if (strcmp(a, "--max-tokens") == 0) {
+            if (parse_long(val, 0, 1L << 20, &o->max_tokens)) goto bad;
+        } else if (strcmp(a, "--threads") == 0) {
+            if (parse_long(val, 1, 256, &o->threads)) goto bad;
+        } else if (strcmp(a, "--chunk") == 0) {
+            if (parse_long(val, 1, 4096, &o->chunk)) goto bad;
+        } else if (strcmp(a, "--dump-logits") == 0) o->dump_logits = val;
+        else if (strcmp(a, "--dump-hidden") == 0) o->dump_hidden = val;
+        else if (strcmp(a, "--spine") == 0) {
+            if (strcmp(val, "int8") == 0) o->mopt.spine = ENGINE_SPINE_INT8;
+            else if (strcmp(val, "f32") == 0) o->mopt.spine = ENGINE_SPINE_F32;
+            else goto bad;
+        } else if (strcmp(a, "--experts") == 0) {
+            if (strcmp(val, "fast") == 0) o->experts = KERNELS_FAST;
+            else if (strcmp(val, "exact") == 0) o->experts = KERNELS_EXACT;
+            else goto bad;
+        } else if (strcmp(a, "--alog") == 0) {
+            if (strcmp(val, "per-head") == 0) o->mopt.alog = ENGINE_ALOG_PER_HEAD;
+            else if (strcmp(val, "per-channel") == 0) o->mopt.alog = ENGINE_ALOG_PER_CHANNEL;
+            else goto bad;
+        } else if (strcmp(a, "--l2") == 0) {
+            if (strcmp(val, "fla") == 0) o->mopt.l2 = ENGINE_L2_FLA;
+            else if (strcmp(val, "max") == 0) o->mopt.l2 = ENGINE_L2_MAX;
+            else goto bad;
+        } else if (strcmp(a, "--mla-eps") == 0) {
+            char *end;
+            errno = 0;
+            o->mopt.mla_eps = strtod(val, &end);
+            if (errno || end == val || *end || !(o->mopt.mla_eps > 0)) goto bad;
+        } else {
+            fprintf(stderr, "run: unknown option %s (see --help)\n", a);
+            return 2;
+        }
+        i += takes;
+        continue;
+bad:
+        fprintf(stderr, "run: bad value for %s: %s\n", a, val);
+        return 2;
+    }
+    if (!o->model) {
+        fprintf(stderr, "run: MODEL is required (see --help)\n");
+        return 2;
+    }
+    if (!toks || parse_tokens(toks, o) != 0) {
+        fprintf(stderr, "run: --tokens needs comma-separated integer ids\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* ---- --dump-hidden ----------------------------------------------------------- */
+
+typedef struct hidden_sink {
+    double *data;      /* [positions][layers][dim] */
+    int64_t positions;
+    int layers;
+    size_t dim;
+} hidden_sink;
+
+static void hidden_store(void *ctx, int64_t pos, int layer, const float *h, size_t dim)
+{
+    hidden_sink *hs = ctx;
+    if (pos < 0 || pos >= hs->positions || dim != hs->dim)
+        return;
+    double *dst = hs->data + ((size_t)pos * (size_t)hs->layers + (size_t)layer) * dim;
+    for (size_t i = 0; i < dim; i++)
+        dst[i] = h[i];
+}
+
+/* .npy version 1.0: magic, u16 LE header length, a Python dict literal
+ * padded with spaces and '\n' so the data start at a multiple of 64. */
+static int npy_write(const char *path, const hidden_sink *hs, shoal_err *err)
+{
+    shoal_buf b;
+    char dict[256];
+    int rc;
+    size_t n = (size_t)hs->positions * (size_t)hs->layers * hs->dim;
+    int len = snprintf(dict, sizeof dict,
+                       "{'descr': '<f8', 'fortran_order': False, 'shape': (%lld, %d, %zu), }",
+                       (long long)hs->positions, hs->layers, hs->dim);
+    size_t hlen = (size_t)len + 1;
+    while ((10 + hlen) % 64)
+        hlen++;
+    shoal_buf_init(&b, 0);
+    rc = shoal_buf_append(&b, "\x93NUMPY\x01\x00", 8);
+    if (rc == 0) rc = shoal_buf_append_le16(&b, (uint16_t)hlen);
+    if (rc == 0) rc = shoal_buf_append(&b, dict, (size_t)len);
+    for (size_t i = (size_t)len; rc == 0 && i + 1 < hlen; i++)
+        rc = shoal_buf_append_u8(&b, ' ');
+    if (rc == 0) rc = shoal_buf_append_u8(&b, '\n');
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        uint64_t bits;
+        memcpy(&bits, &hs->data[i], 8);
+        rc = shoal_buf_append_le64(&b, bits);
+    }
+    if (rc == 0)
+        rc = shoal_write_file_atomic(path, b.data, b.len, err);
+    else
+        shoal_err_set(err, SHOAL_ENOMEM, "%s: out of memory", path);
+    shoal_buf_free(&b);
+    return rc;
+}
+
+/* ---- generation ------------------------------------------------------------- */
+
+typedef struct gen_out {
+    int32_t *ids;
+    size_t n;
+    float *logits;       /* [n][V] when dumping */
+    double prefill_ms, load_ms;
+    double *step_ms;     /* [n]: prefill for 0, decode after */
+} gen_out;
+
+static int32_t argmax(const float *x, size_t n)
+{
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return (int32_t)best;
+}
+
+static int generate(const run_opts *o, engine_session *s, const engine_model *m, gen_out *g,
+                    shoal_err *err)
+{
+    size_t v = (size_t)m->cfg.vocab;
+    float *logits = malloc(v * sizeof *logits);
+    int rc = 0;
+
+    if (!logits)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    for (long step = 0; step < o->max_tokens; step++) {
+        uint64_t t0 = shoal_now_ns();
+        if (step == 0)
+            rc = engine_session_run(s, o->tokens, o->n_tokens, logits, err);
+        else
+            rc = engine_session_run(s, &g->ids[g->n - 1], 1, logits, err);
+        if (rc != 0)
+            break;
+        g->step_ms[g->n] = (double)(shoal_now_ns() - t0) / 1e6;
+        if (step == 0)
+            g->prefill_ms = g->step_ms[0];
+        if (g->logits)
+            memcpy(g->logits + g->n * v, logits, v * sizeof *logits);
+        g->ids[g->n++] = argmax(logits, v);
+        if (o->stop_at_eos && g->ids[g->n - 1] == m->cfg.eos_id)
+            break;
+    }
+    if (rc == 0 && o->max_tokens == 0) {
+        uint64_t t0 = shoal_now_ns();
+        rc = engine_session_run(s, o->tokens, o->n_tokens, NULL, err);
+        g->prefill_ms = (double)(shoal_now_ns() - t0) / 1e6;
+    }
+    free(logits);
+    return rc;
+}
+
+static void print_stats(const run_opts *o, const gen_out *g, const engine_session *s,
+                        const expert_source *src)
+{
+    engine_session_stats st;
+    expert_source_stats es;
+    engine_session_stats_get(s, &st);
+    expert_source_stats_get(src, &es);
+    fprintf(stderr, "stats: load %.1f ms, prefill %zu tokens %.2f ms", g->load_ms, o->n_tokens,
+            g->prefill_ms);
+    for (size_t i = 1; i < g->n; i++)
+        fprintf(stderr, "%s%.2f", i == 1 ? "\nstats: per-token ms: " : " ", g->step_ms[i]);
+    fprintf(stderr, "\nstats: experts %" PRIu64 " loads (%" PRIu64 " token-expert uses) in %" PRIu64
+            " MoE layer runs, %.1f MiB read;", st.expert_loads, st.expert_uses, st.moe_calls,
+            (double)es.bytes / 1048576.0);
+    for (int t = 0; t < EXPERT_TIER_COUNT; t++)
+        fprintf(stderr, " %s %" PRIu64, expert_tier_name((expert_tier)t), es.hits[t]);
+    double tot = (double)st.total_ns / 1e6;
+    fprintf(stderr, "\nstats: time %.1f ms: spine %.1f, experts %.1f, attention %.1f, waiting %.1f, "
+            "other %.1f; per MoE layer %.3f ms\n", tot, (double)st.spine_ns / 1e6,
+            (double)st.expert_ns / 1e6, (double)st.attn_ns / 1e6, (double)st.wait_ns / 1e6,
+            tot - (double)(st.spine_ns + st.expert_ns + st.attn_ns + st.wait_ns) / 1e6,
+            st.moe_calls ? (double)st.moe_ns / 1e6 / (double)st.moe_calls : 0.0);
+}
+
+static int print_json(const run_opts *o, const gen_out *g)
+{
+    shoal_json *root = shoal_json_object(), *pt = shoal_json_array(), *tk = shoal_json_array();
+    shoal_json *tm = shoal_json_object(), *per = shoal_json_array();
+    shoal_buf b;
+    double decode = 0;
+    int rc = (root && pt && tk && tm && per) ? 0 : -1;
+
+    for (size_t i = 0; rc == 0 && i < o->n_tokens; i++)
+        rc = shoal_json_append_take(pt, shoal_json_new_int(o->tokens[i]));
+    for (size_t i = 0; rc == 0 && i < g->n; i++)
+        rc = shoal_json_append_take(tk, shoal_json_new_int(g->ids[i]));
+    for (size_t i = 1; rc == 0 && i < g->n; i++) {
+        decode += g->step_ms[i];
+        rc = shoal_json_append_take(per, shoal_json_new_num(g->step_ms[i]));
+    }
+    if (rc == 0) {
+        shoal_json_set_num(tm, "load_ms", g->load_ms);
+        shoal_json_set_num(tm, "prefill_ms", g->prefill_ms);
+        shoal_json_set_num(tm, "decode_ms", decode);
+        shoal_json_set_num(tm, "decode_tokens_per_s", decode > 0 ? (double)(g->n - 1) * 1e3 / decode : 0);
+        rc = shoal_json_set_take(tm, "per_token_ms", per);
+        per = NULL;
+    }
+    if (rc == 0) { rc = shoal_json_set_take(root, "prompt_tokens", pt); pt = NULL; }
+    if (rc == 0) { rc = shoal_json_set_take(root, "tokens", tk); tk = NULL; }
+    if (rc == 0) { rc = shoal_json_set_take(root, "timings", tm); tm = NULL; }
+    shoal_buf_init(&b, 0);
+    if (rc == 0)
+        rc = shoal_json_dump(root, 0, &b);
+    if (rc == 0)
+        printf("%.*s\n", (int)b.len, (const char *)b.data);
+    shoal_buf_free(&b);
+    shoal_json_free(root);
+    shoal_json_free(pt);
+    shoal_json_free(tk);
+    shoal_json_free(tm);
+    shoal_json_free(per);
+    return rc;
+}
+
+static int run_model(run_opts *o, shoal_err *err)
+{
+    kernels_pool *pool = kernels_pool_new((int)o->threads);
+    engine_model *m = NULL;
+    expert_source *src = NULL;
+    engine_session *s = NULL;
+    hidden_sink hs = { 0 };
+    gen_out g = { 0 };
+    uint64_t t0 = shoal_now_ns();
+    int rc;
+
+    if (!pool)
+        return shoal_err_set(err, SHOAL_ENOMEM, "cannot start %ld threads", o->threads);
+    o->mopt.pool = pool;
+    if ((rc = engine_model_open(o->model, &o->mopt, &m, err)) != 0)
+        goto done;
+    g.load_ms = (double)(shoal_now_ns() - t0) / 1e6;
+    for (size_t i = 0; i < o->n_tokens; i++)
+        if (o->tokens[i] < 0 || o->tokens[i] >= m->cfg.vocab) {
+            rc = shoal_err_set(err, SHOAL_ERANGE, "--tokens: %d is outside the vocabulary [0, %lld)",
+                               (int)o->tokens[i], (long long)m->cfg.vocab);
+            goto done;
+        }
+    if (!(src = expert_source_local_new(m))) {
+        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+        goto done;
+    }
+    engine_session_options so = {
+        .experts = o->experts >= 0 ? (kernels_numerics)o->experts
+                   : o->mopt.spine == ENGINE_SPINE_F32 ? KERNELS_EXACT : KERNELS_FAST,
+        .chunk = (size_t)o->chunk, .pool = pool, .src = src,
+    };
+    if (o->dump_hidden) {
+        hs.layers = (int)m->cfg.n_layers;
+        hs.dim = (size_t)m->cfg.hidden;
+        hs.positions = (int64_t)o->n_tokens + (o->max_tokens > 0 ? o->max_tokens - 1 : 0);
+        hs.data = calloc((size_t)hs.positions * (size_t)hs.layers * hs.dim + 1, sizeof *hs.data);
+        so.hidden = hidden_store;
+        so.hidden_ctx = &hs;
+    }
+    g.ids = calloc((size_t)o->max_tokens + 1, sizeof *g.ids);
+    g.step_ms = calloc((size_t)o->max_tokens + 1, sizeof *g.step_ms);
+    if (o->dump_logits)
+        g.logits = calloc((size_t)o->max_tokens * (size_t)m->cfg.vocab + 1, sizeof *g.logits);
+    if (!g.ids || !g.step_ms || (o->dump_logits && !g.logits) || (o->dump_hidden && !hs.data)) {
+        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+        goto done;
+    }
+    if ((rc = engine_session_new(m, &so, &s, err)) != 0 || (rc = generate(o, s, m, &g, err)) != 0)
+        goto done;
+    if (o->dump_logits) {
+        size_t bytes = g.n * (size_t)m->cfg.vocab * sizeof(float);
+        /* float32 little-endian: the host order on every target we build for */
+        if ((rc = shoal_write_file_atomic(o->dump_logits, g.logits, bytes, err)) != 0)
+            goto done;
+    }
+    if (o->dump_hidden) {
+        hs.positions = engine_session_pos(s);
+        if ((rc = npy_write(o->dump_hidden, &hs, err)) != 0)
+            goto done;
+    }
+    if (o->stats)
+        print_stats(o, &g, s, src);
+    if (o->json) {
+        rc = print_json(o, &g) == 0 ? 0 : shoal_err_set(err, SHOAL_ENOMEM, "cannot build the JSON");
+    } else {
+        for (size_t i = 0; i < g.n; i++)
+            printf("%s%d", i ? " " : "", (int)g.ids[i]);
+        printf("\n");
+    }
+done:
+    engine_session_free(s);
+    expert_source_free(src);
+    engine_model_free(m);
+    kernels_pool_free(pool);
+    free(hs.data);
+    free(g.ids);
+    free(g.step_ms);
+    free(g.logits);
+    return rc;
+}
+
+int engine_cmd_run(int argc, char **argv)
+{
+    run_opts o = { 0 };
+    shoal_err err = { 0 };
+    int rc;
+
+    /* text prompts are cmd_prompt.c's */
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--prompt") == 0)
+            return engine_cmd_prompt(argc, argv);
+    rc = parse_args(argc, argv, &o);
+
+    if (rc != 0) {
+        free(o.tokens);
+        return rc == 1 ? 0 : rc;
+    }
+    if (strncmp(o.model, "hf://", 5) == 0) {
+        fprintf(stderr, "run: %s: hf:// models are read through shoald, which is not built yet; "
+                "pass a local model directory\n", o.model);
+        free(o.tokens);
+        return 1;
+    }
+    rc = run_model(&o, &err);
+    free(o.tokens);
+    if (rc != 0) {
+        fprintf(stderr, "run: %s\n", err.msg[0] ? err.msg : shoal_strerror(rc));
+        return 1;
+    }
+    return fflush(stdout) == 0 ? 0 : 1;
+}

@@ -1,0 +1,70 @@
+/* session_int.h — what session.c and layers.c share: the session struct,
+ * its scratch, and the per-layer-kind functions.  Private to engine/. */
+#ifndef SHOAL_ENGINE_SESSION_INT_H
+#define SHOAL_ENGINE_SESSION_INT_H
+
+#include "engine/session.h"
+
+/* Scratch for one chunk of up to nmax tokens; sizes in floats per token. */
+typedef struct session_ws {
+    float *h;          /* [n][D] running stream (prefix) */
+    float *x;          /* [n][D] normed sublayer input */
+    float *out;        /* [n][D] sublayer output */
+    float *out2;       /* [n][D] shared-expert output */
+    float *anchors;    /* [max_anchors][n][D] */
+    /* KDA */
+    float *kq, *kk, *kv, *kg, *kz, *kfa, *kb, *ko;   /* [n][P] (kfa [n][Dk], kb [n][Hk]) */
+    /* MLA */
+    float *mqa, *mq, *mkv, *mqabs, *mctx, *mo, *mg;  /* see layers.c */
+    float *mtmp_in, *mtmp_out;                        /* [n][max(kl, nope)] gathers */
+    float *score;      /* [nthreads][cache cap] softmax rows */
+    size_t score_cap;
+    /* MLPs */
+    float *fg, *fu;    /* [n][max(Id, S)] */
+    /* MoE */
+    float *rs;         /* [n][E] router scores */
+    int32_t *rid;      /* [n][k] routed ids */
+    float *rw;         /* [n][k] weights */
+    float *rz;         /* [n][L] latent input */
+    float *slots;      /* [n][k][L] per-slot expert outputs */
+    float *gz, *go;    /* [n][L] gathered inputs / outputs of one expert */
+    float *ones;       /* [n] 1.0 */
+    float *ru;         /* [n][L] aggregate */
+    int32_t *e_cnt, *e_off, *pairs, *uniq;  /* [E], [E+1], [n·k], [n·k] */
+    float *tmp;        /* [nthreads][max(Dk, D)] */
+    kernels_act *act;
+    kernels_expert_ws *ews;
+} session_ws;
+
+struct engine_session {
+    const engine_model *m;
+    engine_session_options opt;
+    int nthreads;
+    int64_t pos;
+    /* state, per layer (NULL where the layer is of the other kind) */
+    float **kda_S;     /* [Hk][Dk][Dk] */
+    float **kda_conv;  /* [3][K-1][P], oldest first */
+    float **mla_c;     /* [cap][kl] */
+    float **mla_r;     /* [cap][rope] */
+    size_t mla_cap;
+    session_ws w;
+    engine_session_stats st;
+    int max_anchors;
+    uint64_t scratch_bytes;   /* session_ws, kernels' act and expert scratch */
+};
+
+/* y [n][rows] = W x, timed as spine. */
+int session_mul(engine_session *s, const engine_mat *w, const float *x, size_t n, float *y,
+                shoal_err *err);
+
+/* Sublayers: x [n][D] normed input -> out [n][D]. */
+int layer_kda(engine_session *s, int layer, const float *x, size_t n, float *out, shoal_err *err);
+int layer_mla(engine_session *s, int layer, const float *x, size_t n, float *out, shoal_err *err);
+int layer_dense(engine_session *s, const engine_mlp_w *w, const float *x, size_t n, float *out,
+                shoal_err *err);
+int layer_moe(engine_session *s, int layer, const float *x, size_t n, float *out, shoal_err *err);
+
+/* Grow the MLA cache to hold `need` positions. */
+int session_mla_reserve(engine_session *s, size_t need, shoal_err *err);
+
+#endif

@@ -1,0 +1,101 @@
+#!/bin/bash
+# test_engine_run.sh — shoal-engine run on tiny-k3 without the reference:
+# chunked prefill bit-identical to token-at-a-time (C = 1, 3, 8) and across
+# thread counts; decode after prefill equal to one full forward; the output
+# forms (ids line, --json, --stats, dumps); bad input refused with a message
+# naming what is wrong.
+source "$(dirname "$0")/lib.sh"
+
+E="$BIN/shoal-engine"
+[ -x "$E" ] || fail "no $E"
+"$BIN/mkmodel" --preset tiny --seed 3 --out "$T/m" --quiet || fail "mkmodel"
+M="$T/m"
+P=7,100,300,5,9,42,11,12,13,700,1
+V=1024
+
+# --- chunked prefill == token at a time, both spines, and thread counts ---
+for spine in int8 f32; do
+    for c in 1 3 8; do
+        "$E" run "$M" --tokens $P --max-tokens 5 --spine $spine --chunk $c \
+            --dump-logits "$T/l_${spine}_$c" --dump-hidden "$T/h_${spine}_$c.npy" >"$T/o_${spine}_$c" \
+            || fail "run --chunk $c --spine $spine"
+    done
+    for c in 3 8; do
+        cmp -s "$T/l_${spine}_1" "$T/l_${spine}_$c" || fail "$spine: logits with --chunk $c differ from --chunk 1"
+        cmp -s "$T/h_${spine}_1.npy" "$T/h_${spine}_$c.npy" || fail "$spine: hidden with --chunk $c differ"
+        cmp -s "$T/o_${spine}_1" "$T/o_${spine}_$c" || fail "$spine: ids with --chunk $c differ"
+    done
+    "$E" run "$M" --tokens $P --max-tokens 5 --spine $spine --chunk 8 --threads 1 \
+        --dump-logits "$T/l_${spine}_t1" >/dev/null || fail "run --threads 1"
+    cmp -s "$T/l_${spine}_1" "$T/l_${spine}_t1" || fail "$spine: --threads 1 differs from the default"
+    echo "ok   $spine: chunks 1/3/8 and 1/2 threads bit-identical"
+done
+
+# --- decode after prefill == the full forward of the same sequence ---
+ids=($(tail -n 1 "$T/o_int8_1"))
+[ ${#ids[@]} -eq 5 ] || fail "expected 5 generated ids, got '${ids[*]}'"
+"$E" run "$M" --tokens "$P,${ids[0]},${ids[1]},${ids[2]},${ids[3]}" --max-tokens 1 --chunk 16 \
+    --dump-logits "$T/full" >"$T/full.out" || fail "full forward"
+tail -c $((V * 4)) "$T/l_int8_1" >"$T/last"
+cmp -s "$T/full" "$T/last" || fail "decode after prefill differs from the full forward"
+[ "$(tail -n 1 "$T/full.out")" = "${ids[4]}" ] || fail "full forward picked another token"
+[ "$(stat -c %s "$T/l_int8_1")" -eq $((5 * V * 4)) ] || fail "--dump-logits size"
+echo "ok   decode after prefill == full forward (bit-identical)"
+
+# --- output forms ---
+"$E" run "$M" --tokens $P --max-tokens 3 --json >"$T/json" || fail "--json"
+[ "$(wc -l <"$T/json")" -eq 1 ] || fail "--json printed more than one line"
+/usr/bin/python3 - "$T/json" "${ids[*]:0:3}" <<'PYEOF' || fail "--json content"
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["prompt_tokens"] == [7, 100, 300, 5, 9, 42, 11, 12, 13, 700, 1], o
+assert o["tokens"] == [int(t) for t in sys.argv[2].split()], (o["tokens"], sys.argv[2])
+t = o["timings"]
+assert t["prefill_ms"] > 0 and len(t["per_token_ms"]) == 2 and t["decode_tokens_per_s"] > 0, t
+PYEOF
+"$E" run "$M" --tokens $P --max-tokens 3 --stats >"$T/st.out" 2>"$T/st.err" || fail "--stats"
+grep -q "per-token ms" "$T/st.err" && grep -q "local [0-9]" "$T/st.err" && grep -q "MiB read" "$T/st.err" \
+    || fail "--stats output: $(cat "$T/st.err")"
+[ "$(tail -n 1 "$T/st.out")" = "${ids[*]:0:3}" ] || fail "--stats changed the ids line"
+"$E" --version | grep -q '^shoal-engine [0-9]' || fail "--version"
+"$E" --help | grep -q 'run MODEL' || fail "--help"
+"$E" run --help | grep -q -- '--dump-hidden' || fail "run --help"
+echo "ok   --json, --stats, --version, --help"
+
+# --- bad input ---
+expect_fail() {  # expect_fail STATUS REGEX CMD...
+    local want=$1 re=$2; shift 2
+    "$@" >"$T/bad.out" 2>"$T/bad.err"
+    local rc=$?
+    [ $rc -eq "$want" ] || fail "'$*' exited $rc, expected $want: $(cat "$T/bad.err")"
+    grep -qE "$re" "$T/bad.err" || fail "'$*': message '$(cat "$T/bad.err")' lacks /$re/"
+}
+expect_fail 1 'outside the vocabulary' "$E" run "$M" --tokens 1,1024 --max-tokens 1
+expect_fail 1 'outside the vocabulary' "$E" run "$M" --tokens -1 --max-tokens 1
+expect_fail 2 'comma-separated' "$E" run "$M" --tokens 1,x --max-tokens 1
+expect_fail 2 'bad value' "$E" run "$M" --tokens 1 --spine int4
+expect_fail 1 'shoald' "$E" run hf://moonshotai/Kimi-K3 --tokens 1 --max-tokens 1
+expect_fail 1 'config.json' "$E" run "$T/nothing" --tokens 1 --max-tokens 1
+
+cp -r "$M" "$T/cfg"
+/usr/bin/python3 - "$T/cfg/config.json" <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["text_config"]["q_lora_rank"] = 96
+json.dump(c, open(sys.argv[1], "w"))
+PYEOF
+expect_fail 1 'q_a_proj.weight: shape \[64,256\] does not match the config, expected \[96,256\]' \
+    "$E" run "$T/cfg" --tokens 1 --max-tokens 1
+
+cp -r "$M" "$T/miss"
+/usr/bin/python3 - "$T/miss/model.safetensors.index.json" <<'PYEOF'
+import json, sys
+i = json.load(open(sys.argv[1]))
+del i["weight_map"]["language_model.model.layers.5.self_attn.dt_bias"]
+del i["weight_map"]["language_model.model.layers.2.block_sparse_moe.experts.17.w3.weight_scale"]
+json.dump(i, open(sys.argv[1], "w"))
+PYEOF
+expect_fail 1 'language_model.model.layers.2.block_sparse_moe.experts.17.w3.weight_scale: missing from the index' \
+    "$E" run "$T/miss" --tokens 1 --max-tokens 1
+echo "ok   bad input refused with the culprit named"
+echo "all engine run checks passed"
