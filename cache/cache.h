@@ -351,4 +351,115 @@ int cache_file_get(cache *c, const char *endpoint, const char *repo,
                    const char *commit, const char *path, cache_file *out,
                    shoal_err *err);
 
+/* ---- reports and maintenance for tools (report.c, deep.c, maint.c) --------
+ *
+ * What `shoal` shows and does, built here so the daemon (live, through the
+ * socket) and the CLI (on the index, read-only, when no daemon runs) give
+ * the same answer.  The JSON schemas are in docs/stats-json.md.
+ */
+#include "common/buf.h"
+
+/* The file name under which the fetcher records a model's manifest
+ * (fetcher/fetch.h FETCH_MANIFEST_PATH): a derived object named by it. */
+#define CACHE_MANIFEST_FILE ".shoal/manifest-v1"
+
+/* Every model the index knows, by id.  The record is borrowed for the
+ * callback's duration; fn returns 0 to go on. */
+typedef int (*cache_model_fn)(const cache_model *m, void *ctx);
+int cache_models_list(cache *c, cache_model_fn fn, void *ctx, shoal_err *err);
+
+/* Does model m answer to `spec`?  Specs: "hf://org/name[@rev]",
+ * "org/name[@rev]" (any endpoint), or an absolute directory (a local
+ * snapshot).  NULL or "" matches every model.  1 or 0. */
+int cache_model_matches(const cache_model *m, const char *spec);
+
+typedef enum cache_report_by {
+    CACHE_REPORT_BY_NONE = 0,  /* totals, models, layers, recent sessions */
+    CACHE_REPORT_BY_LAYER,     /* + a row per (model, layer) (the default adds
+                                  them too; this names the intent) */
+    CACHE_REPORT_BY_EXPERT,    /* + a row per (model, layer, expert) */
+    CACHE_REPORT_BY_SESSION    /* every session, not only the recent ones */
+} cache_report_by;
+
+/* What only a running daemon knows (upstream transfers since it started).
+ * A reader of the index passes NULL. */
+typedef struct cache_report_live {
+    int64_t  started_ms;           /* when the daemon started */
+    uint64_t transfers_started, transfers_completed, transfers_failed;
+    uint64_t upstream_bytes;       /* bytes received from upstream */
+    uint64_t upstream_ns;          /* summed transfer durations */
+    uint32_t clients;              /* connections now */
+    uint32_t jobs_running;         /* warm jobs not finished */
+} cache_report_live;
+
+typedef struct cache_report_opts {
+    const char *model;             /* a spec (cache_model_matches), NULL: all */
+    cache_report_by by;
+    unsigned    max_sessions;      /* most recent sessions listed; 0: 10 */
+    const char *source;            /* "daemon" or "index"; NULL: "index" */
+    uint64_t    budget;            /* the daemon's budget; 0: unknown (reader)
+                                      or take it from cache_usage_get */
+    const cache_report_live *live; /* may be NULL */
+} cache_report_opts;
+
+/* The stats report (docs/stats-json.md, "shoal.stats" schema 1) as one
+ * JSON object appended to out.  Works on a writer (counters are flushed
+ * first) and on a read-only handle.  SHOAL_ENOTFOUND when a model spec
+ * matches no model. */
+int cache_report_stats(cache *c, const cache_report_opts *o, shoal_buf *out, shoal_err *err);
+
+/* The models listing (`shoal ls`, "shoal.models" schema 1): per model its
+ * revision, commit, cached bytes and objects, and — when its manifest is
+ * cached — coverage: experts cached of the total, spine tensors cached of
+ * the total. */
+int cache_report_models(cache *c, const char *spec, shoal_buf *out, shoal_err *err);
+
+/* Append the encoded manifest (common/manifest.h: manifest_decode) of the
+ * newest model matching `spec` that has one cached.  SHOAL_ENOTFOUND
+ * otherwise. */
+int cache_model_manifest(cache *c, const char *spec, shoal_buf *out, shoal_err *err);
+
+/* Whole-file check: for every upstream file of the matching models whose
+ * every byte is cached (its objects' ranges cover [0, size)), hash the
+ * bytes in order and compare with the etag: 64 hex digits = sha256 (an LFS
+ * file), 40 = a git blob sha1 (small files).  Read-only handles work.
+ * Nothing is removed (a bad file means upstream sent bytes that do not
+ * hash to its etag: the objects' own checksums already passed). */
+typedef struct cache_deep_report {
+    uint64_t files;                /* files known for the models */
+    uint64_t complete;             /* every byte cached */
+    uint64_t ok, bad;              /* of the complete ones with a hash etag */
+    uint64_t unhashable;           /* complete, but the etag is not a hash */
+    uint64_t bytes;                /* hashed */
+} cache_deep_report;
+
+/* bad_files (may be NULL) gets the repo path of each bad file, one per
+ * line. */
+int cache_verify_deep(cache *c, const char *spec, cache_deep_report *rep, shoal_buf *bad_files,
+                      shoal_err *err);
+
+/* Verify (cache_verify on each matching model, or all) and optionally the
+ * deep check; the result as JSON ("shoal.verify" schema 1).  Needs a
+ * writer.  Returns 0 even when objects were bad: the JSON says so. */
+int cache_report_verify(cache *c, const char *spec, int deep, shoal_buf *out, shoal_err *err);
+
+/* Evict unpinned objects, least valuable first (the eviction policy), until
+ * the cache holds at most max_bytes (0: the budget).  Pinned objects stay,
+ * so the result may stay above; the JSON ("shoal.gc" schema 1) says how
+ * much was freed and what is left.  Needs a writer; the budget is
+ * unchanged afterwards. */
+int cache_report_gc(cache *c, uint64_t max_bytes, shoal_buf *out, shoal_err *err);
+
+/* Remove every object of the models matching `spec` (objects that another
+ * model also names are kept, losing only this model's names), with the
+ * models' rows, file records and counters.  JSON ("shoal.rm" schema 1).
+ * SHOAL_ENOTFOUND when no model matches.  Needs a writer. */
+int cache_report_rm(cache *c, const char *spec, shoal_buf *out, shoal_err *err);
+
+/* Pin (on=1) or unpin every cached object of the matching models, or only
+ * their experts of layers [layer_first, layer_last] (-1: every object).
+ * *changed gets the number of objects touched. */
+int cache_model_pin(cache *c, const char *spec, int on, int32_t layer_first, int32_t layer_last,
+                    uint64_t *changed, shoal_err *err);
+
 #endif

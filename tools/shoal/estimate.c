@@ -1,0 +1,313 @@
+/* estimate.c — `shoal estimate`: what a token will cost on this machine,
+ * before anyone downloads a terabyte.  Measures the cold disk read rate
+ * (a temporary file in the cache directory, dropped from the page cache)
+ * and the memory read bandwidth (a STREAM-style sum), takes the upstream
+ * rate from the cache's past transfers, reads the model's config (experts
+ * per token x span size, the spine size) and the cache's measured hit
+ * rates, and prints seconds per token streaming, from disk and from RAM,
+ * with the arithmetic.  I/O only: compute time is not included.
+ */
+#include "tools/shoal/shoal_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "common/k3_config.h"
+#include "common/manifest.h"
+#include "common/sys.h"
+
+#define TMPFS_MAGIC_ 0x01021994
+
+typedef struct model_shape {
+    char     name[SHOAL_PATH_MAX];
+    k3_config cfg;
+    uint64_t spine_bytes;         /* 0: unknown */
+    const char *spine_from;
+} model_shape;
+
+/* ---- measurements ---------------------------------------------------------------- */
+
+static int measure_disk(const char *dir, uint64_t bytes, double *rate, int *tmpfs, shoal_err *err)
+{
+    char path[SHOAL_PATH_MAX];
+    size_t chunk = 4u << 20;
+    uint8_t *buf = malloc(chunk);
+    struct statfs sf;
+    int fd, rc = 0;
+
+    *rate = 0;
+    *tmpfs = statfs(dir, &sf) == 0 && (unsigned long)sf.f_type == TMPFS_MAGIC_;
+    char name[64];
+    snprintf(name, sizeof name, ".shoal-estimate-%d.tmp", (int)getpid());
+    if (shoal_path_join(path, sizeof path, dir, name) != 0) {
+        free(buf);
+        return shoal_err_set(err, SHOAL_ETOOBIG, "path too long: %s", dir);
+    }
+    if (!buf)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        free(buf);
+        return shoal_err_set(err, SHOAL_EIO, "cannot create %s to measure the disk: %s", path,
+                             strerror(errno));
+    }
+    unlink(path);    /* gone whatever happens next */
+    for (size_t i = 0; i < chunk; i++)
+        buf[i] = (uint8_t)(i * 131u + 7u);
+    for (uint64_t at = 0; rc == 0 && at < bytes; at += chunk)
+        rc = shoal_write_all(fd, buf, chunk);
+    if (rc == 0 && fsync(fd) != 0)
+        rc = SHOAL_EIO;
+    if (rc == 0) {
+        /* Dropped from the page cache, the file is read from the device. */
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        uint64_t t0 = shoal_now_ns(), got = 0;
+        for (uint64_t at = 0; rc == 0 && at < bytes; at += chunk, got += chunk)
+            rc = shoal_pread_all(fd, buf, chunk, (off_t)at);
+        double secs = (double)(shoal_now_ns() - t0) / 1e9;
+        *rate = secs > 0 ? (double)got / secs : 0;
+    }
+    close(fd);
+    free(buf);
+    return rc ? shoal_err_set(err, rc, "measuring the disk in %s: %s", dir, shoal_strerror(rc)) : 0;
+}
+
+static double measure_memory(uint64_t bytes)
+{
+    size_t n = (size_t)(bytes / sizeof(double));
+    double *a = malloc(n * sizeof *a), best = 0, sink = 0;
+    if (!a || n == 0) {
+        free(a);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        a[i] = (double)(i & 1023);
+    for (int pass = 0; pass < 4; pass++) {
+        uint64_t t0 = shoal_now_ns();
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        size_t i = 0;
+        for (; i + 4 <= n; i += 4) {
+            s0 += a[i];
+            s1 += a[i + 1];
+            s2 += a[i + 2];
+            s3 += a[i + 3];
+        }
+        sink += s0 + s1 + s2 + s3;
+        double secs = (double)(shoal_now_ns() - t0) / 1e9;
+        double r = secs > 0 ? (double)(i * sizeof(double)) / secs : 0;
+        if (r > best)
+            best = r;
+    }
+    free(a);
+    /* Keep the sums alive so the loop is not optimised away. */
+    return sink == -1.0 ? 0 : best;
+}
+
+/* ---- the model ------------------------------------------------------------------ */
+
+static int shape_from_dir(const char *dir, model_shape *m, shoal_err *err)
+{
+    char path[SHOAL_PATH_MAX];
+    shoal_json *idx;
+    int64_t total = 0;
+    int rc;
+
+    if (shoal_path_join(path, sizeof path, dir, "config.json") != 0)
+        return shoal_err_set(err, SHOAL_ETOOBIG, "path too long");
+    if ((rc = k3_config_load(path, &m->cfg, err)) != 0)
+        return rc;
+    shoal_path_join(path, sizeof path, dir, "model.safetensors.index.json");
+    idx = shoal_json_load_file(path, 64u << 20, NULL);
+    if (idx && shoal_json_int(idx, "metadata.total_size", &total, NULL) == 0 && total > 0) {
+        uint64_t experts = (uint64_t)m->cfg.n_moe_layers * (uint64_t)m->cfg.n_experts *
+                           m->cfg.expert_bytes;
+        m->spine_bytes = (uint64_t)total > experts ? (uint64_t)total - experts : 0;
+        m->spine_from = "index total_size minus the routed experts (vision tensors included)";
+    }
+    shoal_json_free(idx);
+    return 0;
+}
+
+static int shape_from_cache(const shoal_cli *cli, const char *spec, model_shape *m, shoal_err *err)
+{
+    cache *c = NULL;
+    shoal_buf b;
+    manifest *man = NULL;
+    shoal_json *cfg = NULL;
+    int rc = cli_cache_reader(cli, &c, err);
+
+    shoal_buf_init(&b, 0);
+    if (rc == 0)
+        rc = cache_model_manifest(c, spec, &b, err);
+    cache_close(c);
+    if (rc == SHOAL_ENOTFOUND)
+        shoal_err_wrap(err, rc, "%s is neither a model directory nor a model whose manifest the "
+                       "cache holds (`shoal warm %s --spine` fetches it)", spec, spec);
+    if (rc == 0)
+        rc = manifest_decode(b.data, b.len, &man, err);
+    shoal_buf_free(&b);
+    if (rc == 0 && !(cfg = shoal_json_parse((const char *)man->config, man->config_len, err)))
+        rc = SHOAL_EFORMAT;
+    if (rc == 0)
+        rc = k3_config_parse(cfg, &m->cfg, err);
+    if (rc == 0) {
+        for (size_t i = 0; i < man->ntensors; i++)
+            if (man->tensors[i].is_spine)
+                m->spine_bytes += man->tensors[i].length;
+        m->spine_from = "the manifest's spine tensors";
+    }
+    shoal_json_free(cfg);
+    manifest_free(man);
+    return rc;
+}
+
+/* ---- the command ---------------------------------------------------------------- */
+
+static const char estimate_help[] =
+    "usage: shoal estimate MODEL [--upstream RATE] [--disk-bytes SIZE] [--mem-bytes SIZE]\n"
+    "\n"
+    "Expected seconds per token (I/O only) streaming from upstream, from the disk\n"
+    "cache and from RAM, with the arithmetic.  MODEL is a directory with config.json\n"
+    "or a model whose manifest the cache holds.  Measures the cold disk read rate in\n"
+    "the cache directory (a SIZE temporary file, default 256M, dropped from the page\n"
+    "cache) and the memory read bandwidth (STREAM-style sum over SIZE, default\n"
+    "256M); the upstream rate comes from the cache's past transfers, or --upstream\n"
+    "(bytes per second: \"100M\").  Hit rates are the cache's, for MODEL when known.\n";
+
+static void rates_from_stats(const shoal_cli *cli, const char *spec, double *up, double *r,
+                             double *d, int64_t *rn, int64_t *dn, const char **scope)
+{
+    shoal_json *j = NULL;
+    shoal_err err;
+    int live;
+    *scope = "this model";
+    if (stats_fetch(cli, spec, CACHE_REPORT_BY_NONE, &j, &live, &err) != 0) {
+        *scope = "every model in the cache";
+        if (stats_fetch(cli, NULL, CACHE_REPORT_BY_NONE, &j, &live, &err) != 0) {
+            *scope = "nothing measured";
+            return;
+        }
+    }
+    /* The upstream rate is the machine's, whatever the model. */
+    *up = jnum(j, "tiers.upstream.rate_bytes_per_s", 0);
+    *rn = jint(j, "tiers.ram.requests", 0);
+    *dn = jint(j, "tiers.disk.requests", 0);
+    *r = *rn ? jnum(j, "tiers.ram.hit_rate", 0) : 0;
+    *d = *dn ? jnum(j, "tiers.disk.hit_rate", 0) : 0;
+    shoal_json_free(j);
+}
+
+int cmd_estimate(shoal_cli *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "upstream", required_argument, NULL, 'u' }, { "disk-bytes", required_argument, NULL, 'd' },
+        { "mem-bytes", required_argument, NULL, 'm' }, { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 } };
+    uint64_t disk_bytes = 256u << 20, mem_bytes = 256u << 20, up_flag = 0;
+    model_shape m;
+    struct stat st;
+    shoal_err err = { 0, "" };
+    int c, rc, tmpfs = 0;
+    int64_t rn = 0, dn = 0;
+    double disk = 0, mem, up = 0, r = 0, d = 0;
+    const char *scope = "", *up_from = "the cache's past transfers";
+    char a[FMT_MAX], b[FMT_MAX], x[FMT_MAX], y[FMT_MAX], z[FMT_MAX], w[FMT_MAX];
+
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        uint64_t *dst = c == 'u' ? &up_flag : c == 'd' ? &disk_bytes : &mem_bytes;
+        switch (c) {
+        case 'u': case 'd': case 'm':
+            if (shoal_size_parse(optarg, dst) != 0 || *dst == 0) {
+                fprintf(stderr, "shoal estimate: '%s' is not a size (e.g. 256M)\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'h': fputs(estimate_help, stdout); return EXIT_OK_;
+        default: fputs(estimate_help, stderr); return EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        fputs(estimate_help, stderr);
+        return EXIT_USAGE;
+    }
+    memset(&m, 0, sizeof m);
+    cli_model_spec(argv[optind], m.name, sizeof m.name);
+    if (stat(m.name, &st) == 0 && S_ISDIR(st.st_mode))
+        rc = shape_from_dir(m.name, &m, &err);
+    else
+        rc = shape_from_cache(cli, m.name, &m, &err);
+    if (rc)
+        return cli_fail(rc, &err);
+    if (m.cfg.n_moe_layers <= 0 || m.cfg.expert_bytes == 0) {
+        fprintf(stderr, "shoal estimate: %s has no routed experts: nothing streams\n", m.name);
+        return EXIT_FAIL;
+    }
+
+    rates_from_stats(cli, m.name, &up, &r, &d, &rn, &dn, &scope);
+    if (up_flag) {
+        up = (double)up_flag;
+        up_from = "--upstream";
+    }
+    /* The cache's own disk is the one that matters. */
+    const char *dir = stat(cli->home, &st) == 0 ? cli->home : "/var/tmp";
+    if ((rc = measure_disk(dir, disk_bytes, &disk, &tmpfs, &err)) != 0)
+        return cli_fail(rc, &err);
+    mem = measure_memory(mem_bytes);
+
+    double E = (double)m.cfg.n_experts_per_token * (double)m.cfg.n_moe_layers *
+               (double)m.cfg.expert_bytes;
+    double S = (double)m.spine_bytes;
+    printf("Model %s\n", m.name);
+    printf("  experts per token  E = %lld MoE layers x %lld experts x %s = %s\n",
+           (long long)m.cfg.n_moe_layers, (long long)m.cfg.n_experts_per_token,
+           fmt_size(m.cfg.expert_bytes, a), fmt_size((uint64_t)E, b));
+    if (m.spine_bytes)
+        printf("  spine              S = %s (%s; read once per token, kept in RAM)\n",
+               fmt_size(m.spine_bytes, a), m.spine_from);
+    else
+        printf("  spine              S = unknown (no index total_size): counted as 0\n");
+    printf("Measured on this machine\n");
+    printf("  memory read        mem  = %s (STREAM-style sum over %s, one thread)\n",
+           fmt_rate(mem, a), fmt_size(mem_bytes, b));
+    printf("  cold disk read     disk = %s (%s in %s, dropped from the page cache%s)\n",
+           fmt_rate(disk, a), fmt_size(disk_bytes, b), dir,
+           tmpfs ? "; tmpfs: this is memory, not a disk" : "");
+    if (up > 0)
+        printf("  upstream           up   = %s (%s)\n", fmt_rate(up, a), up_from);
+    else
+        printf("  upstream           up   = unknown (no past transfers; pass --upstream RATE)\n");
+    printf("Hit rates (%s)\n", scope);
+    printf("  engine RAM         r = %s%s\n", fmt_pct(r, a), rn ? "" : " (no RAM-tier reports yet)");
+    printf("  disk cache         d = %s%s\n", fmt_pct(d, a), dn ? "" : " (no requests yet)");
+    printf("Seconds per token (I/O only)\n");
+    if (mem > 0) {
+        double t_ram = (S + E) / mem;
+        printf("  from RAM     (S + E) / mem\n               = (%s + %s) / %s = %.4g s\n",
+               fmt_size((uint64_t)S, a), fmt_size((uint64_t)E, b), fmt_rate(mem, x), t_ram);
+    }
+    if (mem > 0 && disk > 0) {
+        double per = r / mem + (1 - r) / disk;
+        double t_disk = S / mem + E * per;
+        printf("  from disk    S/mem + E x (r/mem + (1-r)/disk)\n"
+               "               = %s/%s + %s x (%.3f/%s + %.3f/%s) = %.4g s\n",
+               fmt_size((uint64_t)S, a), fmt_rate(mem, x), fmt_size((uint64_t)E, b), r,
+               fmt_rate(mem, y), 1 - r, fmt_rate(disk, z), t_disk);
+    }
+    if (mem > 0 && disk > 0 && up > 0) {
+        double per = r / mem + (1 - r) * (d / disk + (1 - d) / up);
+        double t_stream = S / mem + E * per;
+        printf("  streaming    S/mem + E x (r/mem + (1-r) x (d/disk + (1-d)/up))\n"
+               "               = %s/%s + %s x (%.3f/%s + %.3f x (%.3f/%s + %.3f/%s)) = %.4g s\n",
+               fmt_size((uint64_t)S, a), fmt_rate(mem, x), fmt_size((uint64_t)E, b), r,
+               fmt_rate(mem, y), 1 - r, d, fmt_rate(disk, z), 1 - d, fmt_rate(up, w), t_stream);
+    } else {
+        printf("  streaming    needs the upstream rate: pass --upstream RATE\n");
+    }
+    return EXIT_OK_;
+}

@@ -1,0 +1,118 @@
+/* shoal_int.h — the `shoal` CLI's internals, shared by the files of
+ * tools/shoal/ and by nothing else.
+ *
+ *   main.c      global flags, dispatch, help, exit codes
+ *   conn.c      reaching shoald (or learning it is not running), opening
+ *               the cache read-only or as the writer when it is not
+ *   fmt.c       sizes, rates, durations, tables, the progress bar
+ *   stats.c     shoal stats (and the JSON reading helpers)
+ *   ls.c        shoal ls
+ *   warm.c      shoal warm
+ *   verify.c    shoal verify
+ *   gc.c        shoal gc, pin, unpin, rm
+ *   heatmap.c   shoal heatmap (SVG and --ascii)
+ *   estimate.c  shoal estimate
+ *
+ * Everything that writes goes through shoald when it runs; when it does
+ * not, a command that writes opens the cache as its one writer (the lock
+ * keeps a daemon started meanwhile off it).  Reading never needs the lock.
+ */
+#ifndef SHOAL_TOOLS_SHOAL_INT_H
+#define SHOAL_TOOLS_SHOAL_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cache/cache.h"
+#include "common/buf.h"
+#include "common/client.h"
+#include "common/err.h"
+#include "common/json.h"
+#include "common/path.h"
+
+/* Exit codes (docs/cli.md). */
+enum {
+    EXIT_OK_ = 0,
+    EXIT_FAIL = 1,         /* the command failed; the message says why */
+    EXIT_USAGE = 2,        /* bad flags or arguments */
+    EXIT_NODAEMON = 3,     /* the command needs shoald and it is not running */
+    EXIT_NOTFOUND = 4,     /* no such model in the cache / no cache at all */
+    EXIT_DAMAGED = 5,      /* verify found bad objects or files */
+    EXIT_BUSY = 6,         /* shoald runs and cannot do this: stop it first */
+    EXIT_DETACHED = 130    /* Ctrl-C: stopped waiting (a warm job goes on) */
+};
+
+typedef struct shoal_cli {
+    char home[SHOAL_PATH_MAX];
+    const char *socket_path;   /* --socket, or NULL: home/shoald.sock */
+    int  tty;                  /* stdout is a terminal */
+    int  verbose;
+} shoal_cli;
+
+/* ---- conn.c ---- */
+/* Connect to shoald.  0; SHOAL_ENET when it is not running (err says how
+ * to start it); another code for other failures. */
+int  cli_connect(const shoal_cli *cli, shoal_client **out, shoal_err *err);
+/* Open the cache read-only.  SHOAL_ENOTFOUND when there is no index. */
+int  cli_cache_reader(const shoal_cli *cli, cache **out, shoal_err *err);
+/* Open the cache as its writer (shoald not running). */
+int  cli_cache_writer(const shoal_cli *cli, cache **out, shoal_err *err);
+/* Map a shoal error code to an exit code. */
+int  cli_exit_for(int rc);
+/* Print "shoal: <msg>" on stderr and return the exit code for rc. */
+int  cli_fail(int rc, const shoal_err *err);
+/* A model argument as the daemon and the index know it: a directory
+ * becomes its absolute path, other specs are kept.  out holds
+ * SHOAL_PATH_MAX bytes. */
+void cli_model_spec(const char *arg, char *out, size_t cap);
+
+/* ---- fmt.c ---- */
+#define FMT_MAX 64
+const char *fmt_size(uint64_t bytes, char *out);       /* out: FMT_MAX bytes */
+const char *fmt_rate(double bytes_per_s, char *out);
+const char *fmt_pct(double ratio, char *out);          /* "72.7 %" */
+const char *fmt_count(uint64_t n, char *out);          /* "12,345" */
+const char *fmt_duration(double secs, char *out);      /* "850 ms", "12.4 s", "3m05s", "2h01m" */
+const char *fmt_time(int64_t wall_ms, char *out);      /* local "YYYY-MM-DD HH:MM:SS" */
+/* "label ......... value" with the value column at `col`. */
+void fmt_kv(FILE *f, int indent, const char *label, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* One progress line without newline: bar, percent, bytes, rate, ETA. */
+void fmt_progress(char *out, size_t cap, uint64_t done, uint64_t total, double rate, int width);
+
+typedef struct fmt_table fmt_table;
+/* align: one char per column, 'l' or 'r'. */
+fmt_table *fmt_table_new(const char *align, ...);      /* headers, NULL-terminated */
+void fmt_table_row(fmt_table *t, ...);                 /* cells, NULL-terminated */
+void fmt_table_print(const fmt_table *t, FILE *f, int indent);
+void fmt_table_free(fmt_table *t);
+
+/* ---- stats.c: JSON reading with defaults ---- */
+int64_t     jint(const shoal_json *j, const char *path, int64_t def);
+double      jnum(const shoal_json *j, const char *path, double def);
+const char *jstr(const shoal_json *j, const char *path, const char *def);
+int         jnull(const shoal_json *j, const char *path);   /* missing or null */
+/* Fetch the stats report: live from shoald, or from the index.  *live says
+ * which.  Caller frees *out. */
+int stats_fetch(const shoal_cli *cli, const char *spec, cache_report_by by, shoal_json **out,
+                int *live, shoal_err *err);
+/* The model's display name "repo@revision". */
+void stats_model_name(const shoal_json *m, char *out, size_t cap);
+
+/* ---- commands: each returns an exit code ---- */
+int cmd_stats(shoal_cli *cli, int argc, char **argv);
+int cmd_ls(shoal_cli *cli, int argc, char **argv);
+int cmd_warm(shoal_cli *cli, int argc, char **argv);
+int cmd_verify(shoal_cli *cli, int argc, char **argv);
+int cmd_gc(shoal_cli *cli, int argc, char **argv);
+int cmd_pin(shoal_cli *cli, int argc, char **argv);
+int cmd_unpin(shoal_cli *cli, int argc, char **argv);
+int cmd_rm(shoal_cli *cli, int argc, char **argv);
+int cmd_heatmap(shoal_cli *cli, int argc, char **argv);
+int cmd_estimate(shoal_cli *cli, int argc, char **argv);
+
+/* 1 if argv has -h/--help (then the command prints its help). */
+int cli_wants_help(int argc, char **argv);
+
+#endif

@@ -1,0 +1,141 @@
+/* verify.c — `shoal verify`: every object's checksum (bad ones are
+ * removed so they are never served again) and, with --deep, whole files
+ * against their sha256 / git etag when every byte of them is cached.
+ * Through shoald when it runs, else on the cache as its writer.
+ */
+#include "tools/shoal/shoal_int.h"
+
+#include <getopt.h>
+#include <string.h>
+
+static const char verify_help[] =
+    "usage: shoal verify [MODEL] [--deep] [--json]\n"
+    "\n"
+    "Recompute the XXH3-128 checksum of every cached object (of MODEL, or all);\n"
+    "a bad object is removed, so it is fetched again when next asked for.\n"
+    "  --deep   also hash every file whose every byte is cached and compare it with\n"
+    "           its etag (sha256 for LFS files, the git blob id for small files)\n"
+    "  --json   the result as JSON (docs/stats-json.md, \"shoal.verify\")\n"
+    "Exit status 5 when anything was bad.  Through shoald when it runs.\n";
+
+static int print_result(const shoal_json *j, int json)
+{
+    char a[FMT_MAX], b[FMT_MAX];
+    int64_t bad = jint(j, "bad", 0), missing = jint(j, "missing", 0);
+    int64_t dbad = jint(j, "deep.bad", 0);
+
+    if (json) {
+        shoal_buf out;
+        shoal_buf_init(&out, 0);
+        shoal_json_dump(j, SHOAL_JSON_PRETTY, &out);
+        printf("%s\n", out.data ? (const char *)out.data : "");
+        shoal_buf_free(&out);
+    } else {
+        printf("Checked %s objects (%s): %lld bad%s, %lld missing\n",
+               fmt_count((uint64_t)jint(j, "checked", 0), a),
+               fmt_size((uint64_t)jint(j, "bytes", 0), b), (long long)bad,
+               bad ? " (removed: they will be fetched again)" : "", (long long)missing);
+        if (!jnull(j, "deep")) {
+            shoal_json *bf = shoal_json_path(j, "deep.bad_files");
+            printf("Whole files: %lld known, %lld fully cached: %lld match their etag, %lld do NOT, "
+                   "%lld have no hash etag (%s hashed)\n",
+                   (long long)jint(j, "deep.files", 0), (long long)jint(j, "deep.complete", 0),
+                   (long long)jint(j, "deep.ok", 0), (long long)dbad,
+                   (long long)jint(j, "deep.unhashable", 0),
+                   fmt_size((uint64_t)jint(j, "deep.bytes", 0), a));
+            for (size_t i = 0; bf && i < shoal_json_array_size(bf); i++)
+                printf("  bad file: %s\n", shoal_json_str_value(shoal_json_array_at(bf, i)));
+            if (dbad)
+                printf("A bad file means upstream sent bytes that do not hash to its etag: "
+                       "`shoal rm` the model and fetch it again.\n");
+        }
+    }
+    return bad || missing || dbad ? EXIT_DAMAGED : EXIT_OK_;
+}
+
+/* shoald answered without the whole-file check: do it here, on the index
+ * read-only (it only reads blobs). */
+static int deep_here(const shoal_cli *cli, const char *spec, shoal_json *j, shoal_err *err)
+{
+    cache *ca = NULL;
+    cache_deep_report r;
+    shoal_buf bad;
+    shoal_json *d = shoal_json_object(), *arr = shoal_json_array();
+    int rc = cli_cache_reader(cli, &ca, err);
+
+    shoal_buf_init(&bad, 0);
+    if (rc == 0)
+        rc = cache_verify_deep(ca, spec[0] ? spec : NULL, &r, &bad, err);
+    cache_close(ca);
+    if (rc == 0 && d && arr) {
+        shoal_json_set_int(d, "files", (int64_t)r.files);
+        shoal_json_set_int(d, "complete", (int64_t)r.complete);
+        shoal_json_set_int(d, "ok", (int64_t)r.ok);
+        shoal_json_set_int(d, "bad", (int64_t)r.bad);
+        shoal_json_set_int(d, "unhashable", (int64_t)r.unhashable);
+        shoal_json_set_int(d, "bytes", (int64_t)r.bytes);
+        for (char *p = (char *)bad.data, *nl; p && (nl = strchr(p, '\n')); p = nl + 1)
+            shoal_json_append_take(arr, shoal_json_new_strn(p, (size_t)(nl - p)));
+        shoal_json_set_take(d, "bad_files", arr);
+        arr = NULL;
+        shoal_json_set_take(j, "deep", d);
+        d = NULL;
+    }
+    shoal_json_free(d);
+    shoal_json_free(arr);
+    shoal_buf_free(&bad);
+    return rc;
+}
+
+int cmd_verify(shoal_cli *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "deep", no_argument, NULL, 'd' }, { "json", no_argument, NULL, 'j' },
+        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
+    int deep = 0, json = 0, c, rc;
+    char spec[SHOAL_PATH_MAX] = "";
+    shoal_err err = { 0, "" };
+    shoal_client *cl = NULL;
+    shoal_buf b;
+    shoal_json *j = NULL;
+
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': deep = 1; break;
+        case 'j': json = 1; break;
+        case 'h': fputs(verify_help, stdout); return EXIT_OK_;
+        default: fputs(verify_help, stderr); return EXIT_USAGE;
+        }
+    }
+    if (optind < argc - 1) {
+        fputs(verify_help, stderr);
+        return EXIT_USAGE;
+    }
+    if (optind < argc)
+        cli_model_spec(argv[optind], spec, sizeof spec);
+    shoal_buf_init(&b, 0);
+    rc = cli_connect(cli, &cl, &err);
+    if (rc == 0) {
+        rc = shoal_client_verify(cl, spec, deep, &b, &err);
+        shoal_client_close(cl);
+    } else if (rc == SHOAL_ENET) {
+        cache *ca = NULL;
+        shoal_err_clear(&err);
+        rc = cli_cache_writer(cli, &ca, &err);
+        if (rc == 0)
+            rc = cache_report_verify(ca, spec[0] ? spec : NULL, deep, &b, &err);
+        cache_close(ca);
+    }
+    if (rc == 0 && !(j = shoal_json_parse((const char *)b.data, b.len, &err)))
+        rc = SHOAL_EFORMAT;
+    shoal_buf_free(&b);
+    if (rc == 0 && deep && jnull(j, "deep"))
+        rc = deep_here(cli, spec, j, &err);
+    if (rc) {
+        shoal_json_free(j);
+        return cli_fail(rc, &err);
+    }
+    rc = print_result(j, json);
+    shoal_json_free(j);
+    return rc;
+}

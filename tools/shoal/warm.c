@@ -1,0 +1,246 @@
+/* warm.c — `shoal warm`: start a warm job in shoald and, with --wait,
+ * follow it with a live progress bar (bytes, rate, ETA).  Ctrl-C stops
+ * following, not the job: it belongs to shoald.
+ */
+#include "tools/shoal/shoal_int.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/sys.h"
+
+#define WARM_MAX_JOBS 2
+#define POLL_MS 250
+
+static const char warm_help[] =
+    "usage: shoal warm MODEL [--spine] [--experts all|top:N|layers:A-B] [--wait]\n"
+    "       shoal warm --job ID [--wait]\n"
+    "\n"
+    "Start a warm job in shoald: it fetches into the cache in the background, after\n"
+    "what engines ask for.  Without --spine or --experts: everything.\n"
+    "  --spine            the spine (every non-expert tensor) and small files\n"
+    "  --experts all      every routed expert\n"
+    "  --experts top:N    the N experts asked for most (by the cache's counters)\n"
+    "  --experts layers:A-B   every expert of layers A..B (0-based)\n"
+    "  --wait             follow the job: progress bar, rate, ETA.  Ctrl-C stops\n"
+    "                     following; the job keeps going in shoald (exit 130)\n"
+    "  --job ID           follow a job started earlier\n"
+    "Needs shoald (exit 3 when it is not running).\n";
+
+static volatile sig_atomic_t interrupted;
+static void on_sigint(int sig) { (void)sig; interrupted = 1; }
+
+static const char *const state_names[] = { "queued", "running", "done", "failed", "cancelled" };
+
+static int parse_experts(const char *s, int *sel, uint32_t *a, uint32_t *b)
+{
+    unsigned x, y;
+    int n = 0;
+    if (!strcmp(s, "all")) {
+        *sel = SHOAL_WARM_ALL;   /* with --spine absent, "all experts" is all */
+        *a = *b = 0;
+        return 0;
+    }
+    if (sscanf(s, "top:%u%n", &x, &n) == 1 && !s[n] && x > 0) {
+        *sel = SHOAL_WARM_TOP;
+        *a = x;
+        *b = 0;
+        return 0;
+    }
+    if (sscanf(s, "layers:%u-%u%n", &x, &y, &n) == 2 && !s[n] && x <= y && y < 65536) {
+        *sel = SHOAL_WARM_LAYERS;
+        *a = x;
+        *b = y;
+        return 0;
+    }
+    return -1;
+}
+
+typedef struct follow {
+    uint64_t jobs[WARM_MAX_JOBS];
+    int      njobs;
+    /* rate over a sliding window of samples */
+    uint64_t t_ns[16], bytes[16];
+    int      ns, head;
+} follow;
+
+static double sample_rate(follow *f, uint64_t now, uint64_t bytes)
+{
+    int i = f->head;
+    f->t_ns[i] = now;
+    f->bytes[i] = bytes;
+    f->head = (f->head + 1) % 16;
+    if (f->ns < 16)
+        f->ns++;
+    int oldest = (f->head - f->ns + 16) % 16;
+    double dt = (double)(now - f->t_ns[oldest]) / 1e9;
+    return dt > 0 ? (double)(bytes - f->bytes[oldest]) / dt : 0.0;
+}
+
+static int follow_jobs(const shoal_cli *cli, shoal_client *cl, follow *f)
+{
+    shoal_err err = { 0, "" };
+    uint64_t last_print = 0;
+    struct sigaction sa;
+    int width = 30;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+    for (;;) {
+        shoal_job_status st[WARM_MAX_JOBS];
+        uint64_t done = 0, total = 0, now = shoal_now_ns();
+        uint32_t od = 0, ot = 0, errors = 0;
+        int finished = 1, failed = -1, rc;
+        char line[256];
+
+        for (int i = 0; i < f->njobs; i++) {
+            if ((rc = shoal_client_job(cl, f->jobs[i], &st[i], &err)) != 0) {
+                if (cli->tty)
+                    fputc('\n', stdout);
+                return cli_fail(rc, &err);
+            }
+            done += st[i].bytes_done;
+            total += st[i].bytes_total;
+            od += st[i].objects_done;
+            ot += st[i].objects_total;
+            errors += st[i].errors;
+            finished &= st[i].state >= 2;
+            if (st[i].state >= 3)
+                failed = i;
+        }
+        double rate = sample_rate(f, now, done);
+        fmt_progress(line, sizeof line, done, total, rate, width);
+        if (cli->tty) {
+            printf("\r%s  %u/%u objects%s\033[K", line, od, ot, errors ? " (errors)" : "");
+            fflush(stdout);
+        } else if (finished || now - last_print >= 1000000000ull) {
+            printf("%s  %u/%u objects\n", line, od, ot);
+            fflush(stdout);
+            last_print = now;
+        }
+        if (finished) {
+            if (cli->tty)
+                fputc('\n', stdout);
+            if (failed >= 0) {
+                fprintf(stderr, "shoal warm: job %llu %s: %s\n", (unsigned long long)f->jobs[failed],
+                        state_names[st[failed].state < 5 ? st[failed].state : 3],
+                        st[failed].last_error[0] ? st[failed].last_error : "no detail");
+                return EXIT_FAIL;
+            }
+            printf("Warm complete: %u objects, %u errors\n", od, errors);
+            return EXIT_OK_;
+        }
+        if (interrupted)
+            break;
+        struct timespec ts = { 0, POLL_MS * 1000000L };
+        nanosleep(&ts, NULL);
+        if (interrupted)
+            break;
+    }
+    if (cli->tty)
+        fputc('\n', stdout);
+    for (int i = 0; i < f->njobs; i++)
+        printf("Detached: warm job %llu keeps running in shoald (`shoal warm --job %llu --wait` "
+               "follows it again)\n", (unsigned long long)f->jobs[i],
+               (unsigned long long)f->jobs[i]);
+    fflush(stdout);
+    return EXIT_DETACHED;
+}
+
+int cmd_warm(shoal_cli *cli, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "spine", no_argument, NULL, 's' }, { "experts", required_argument, NULL, 'e' },
+        { "wait", no_argument, NULL, 'w' }, { "job", required_argument, NULL, 'J' },
+        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
+    int spine = 0, experts = 0, wait = 0, c, rc, sel = SHOAL_WARM_ALL;
+    uint32_t a = 0, b = 0;
+    uint64_t job = 0;
+    char spec[SHOAL_PATH_MAX], *end;
+    shoal_err err = { 0, "" };
+    shoal_client *cl = NULL;
+    shoal_model_info mi;
+    follow f;
+
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 's': spine = 1; break;
+        case 'e':
+            if (parse_experts(optarg, &sel, &a, &b) != 0) {
+                fprintf(stderr, "shoal warm: --experts takes all, top:N or layers:A-B, not '%s'\n",
+                        optarg);
+                return EXIT_USAGE;
+            }
+            experts = 1;
+            break;
+        case 'w': wait = 1; break;
+        case 'J':
+            job = strtoull(optarg, &end, 10);
+            if (*end || !job) {
+                fprintf(stderr, "shoal warm: --job takes the job id warm printed\n");
+                return EXIT_USAGE;
+            }
+            break;
+        case 'h': fputs(warm_help, stdout); return EXIT_OK_;
+        default: fputs(warm_help, stderr); return EXIT_USAGE;
+        }
+    }
+    if ((job && optind != argc) || (!job && optind != argc - 1)) {
+        fputs(warm_help, stderr);
+        return EXIT_USAGE;
+    }
+    memset(&f, 0, sizeof f);
+    if ((rc = cli_connect(cli, &cl, &err)) != 0) {
+        if (rc == SHOAL_ENET)
+            fprintf(stderr, "shoal warm needs shoald: %s\n", err.msg);
+        else
+            cli_fail(rc, &err);
+        return cli_exit_for(rc);
+    }
+    if (job) {
+        f.jobs[f.njobs++] = job;
+    } else {
+        cli_model_spec(argv[optind], spec, sizeof spec);
+        memset(&mi, 0, sizeof mi);
+        mi.manifest_fd = -1;
+        rc = shoal_client_open(cl, spec, &mi, &err);
+        if (mi.manifest_fd >= 0)
+            close(mi.manifest_fd);
+        if (rc == 0 && experts && sel == SHOAL_WARM_ALL) {
+            /* Every expert: the protocol's "all" would add the spine. */
+            if (mi.layers == 0) {
+                shoal_client_close(cl);
+                fprintf(stderr, "shoal warm: %s has no layers\n", spec);
+                return EXIT_FAIL;
+            }
+            sel = SHOAL_WARM_LAYERS;
+            a = 0;
+            b = (uint32_t)mi.layers - 1;
+        }
+        if (rc == 0 && (spine || !experts))
+            rc = shoal_client_warm(cl, mi.handle, experts || spine ? SHOAL_WARM_SPINE : SHOAL_WARM_ALL,
+                                   0, 0, &f.jobs[f.njobs++], &err);
+        if (rc == 0 && experts)
+            rc = shoal_client_warm(cl, mi.handle, sel, a, b, &f.jobs[f.njobs++], &err);
+        if (rc) {
+            shoal_client_close(cl);
+            return cli_fail(rc, &err);
+        }
+        for (int i = 0; i < f.njobs; i++)
+            printf("Started warm job %llu for %s\n", (unsigned long long)f.jobs[i], spec);
+        fflush(stdout);
+    }
+    rc = EXIT_OK_;
+    if (wait)
+        rc = follow_jobs(cli, cl, &f);
+    else if (f.njobs)
+        printf("It runs in shoald; `shoal warm --job %llu --wait` follows it.\n",
+               (unsigned long long)f.jobs[0]);
+    shoal_client_close(cl);
+    return rc;
+}
