@@ -1,0 +1,262 @@
+/* cmd_prompt.c — `shoal-engine run MODEL --prompt TEXT` (also reachable as
+ * `shoal-engine prompt MODEL --prompt TEXT`): generate from text and stream
+ * the reply to the terminal as it is produced.
+ *
+ * Owns: option parsing and terminal output.  Does not own rendering
+ * (chat.h), generation (generate.h) nor the model.
+ *
+ * Without --chat the text is the raw prompt (no BOS, specials are ordinary
+ * text) and the continuation is printed.  With --chat the text is one user
+ * message (after --system if given), rendered in K3's chat format; the
+ * response goes to stdout and, in thinking mode, the reasoning to stderr
+ * (so stdout holds the answer alone).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/err.h"
+#include "common/log.h"
+#include "engine/chat.h"
+#include "engine/commands.h"
+#include "engine/generate.h"
+
+typedef struct prompt_opts {
+    const char *model, *prompt, *system, *effort;
+    int chat, think, stats;
+    long max_tokens, seed, threads, chunk;
+    int has_seed, spine_f32;
+    double temperature, top_p;
+} prompt_opts;
+
+static void usage(FILE *f)
+{
+    fputs("usage: shoal-engine run MODEL --prompt TEXT [options]\n"
+          "\n"
+          "Generates from TEXT and streams the text to stdout as it is produced.\n"
+          "\n"
+          "  --chat              TEXT is a user message in K3's chat format\n"
+          "  --system TEXT       a system message first (with --chat)\n"
+          "  --no-think          thinking off (with --chat; default on, reasoning\n"
+          "                      printed to stderr)\n"
+          "  --effort E          thinking effort: low|medium|high|max (default max)\n"
+          "  --max-tokens N      most tokens to generate (default 256)\n"
+          "  --temperature T     0 (default) is greedy\n"
+          "  --top-p P           nucleus sampling mass (default 1)\n"
+          "  --seed S            sampling seed (default: from the clock)\n"
+          "  --stats             prompt/reuse/speed figures on stderr\n"
+          "  --threads N         compute threads (default: online cores)\n"
+          "  --chunk N           prefill chunk size (default 16)\n"
+          "  --spine int8|f32    spine numerics (default int8)\n", f);
+}
+
+static int num(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* 0 ok, 1 help printed, 2 usage error printed. */
+static int parse_args(int argc, char **argv, prompt_opts *o)
+{
+    double v;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+    memset(o, 0, sizeof *o);
+    o->think = 1;
+    o->effort = "max";
+    o->max_tokens = 256;
+    o->top_p = 1;
+    o->threads = cores > 0 ? cores : 1;
+    o->chunk = 16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 1;
+        }
+        if (strcmp(a, "--chat") == 0) { o->chat = 1; continue; }
+        if (strcmp(a, "--no-think") == 0) { o->think = 0; continue; }
+        if (strcmp(a, "--stats") == 0) { o->stats = 1; continue; }
+        if (a[0] != '-') {
+            if (o->model) {
+                fprintf(stderr, "run: more than one MODEL\n");
+                return 2;
+            }
+            o->model = a;
+            continue;
+        }
+        if (!val) {
+            fprintf(stderr, "run: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--prompt") == 0) o->prompt = val;
+        else if (strcmp(a, "--system") == 0) o->system = val;
+        else if (strcmp(a, "--effort") == 0) o->effort = val;
+        else if (strcmp(a, "--spine") == 0 && (strcmp(val, "f32") == 0 || strcmp(val, "int8") == 0))
+            o->spine_f32 = strcmp(val, "f32") == 0;
+        else if (strcmp(a, "--temperature") == 0 && num(val, 0, 2, &o->temperature) == 0) ;
+        else if (strcmp(a, "--top-p") == 0 && num(val, 0, 1, &o->top_p) == 0) ;
+        else if (strcmp(a, "--max-tokens") == 0 && num(val, 1, 1 << 20, &v) == 0 && v == (long)v)
+            o->max_tokens = (long)v;
+        else if (strcmp(a, "--threads") == 0 && num(val, 1, 256, &v) == 0 && v == (long)v)
+            o->threads = (long)v;
+        else if (strcmp(a, "--chunk") == 0 && num(val, 1, 4096, &v) == 0 && v == (long)v)
+            o->chunk = (long)v;
+        else if (strcmp(a, "--seed") == 0 && num(val, 0, 9.0e15, &v) == 0 && v == (long)v) {
+            o->seed = (long)v;
+            o->has_seed = 1;
+        } else {
+            fprintf(stderr, "run: bad option or value: %s %s\n", a, val);
+            return 2;
+        }
+    }
+    if (!o->model || !o->prompt) {
+        fprintf(stderr, "run: MODEL and --prompt TEXT are needed (see --help)\n");
+        return 2;
+    }
+    return 0;
+}
+
+typedef struct out_ctx {
+    const tokenizer *tok;
+    chat_parser *parser;       /* chat */
+    tokenizer_stream *ts;      /* raw */
+    shoal_buf r, c;
+    size_t reasoning_bytes;
+} out_ctx;
+
+static void print_bufs(out_ctx *oc)
+{
+    if (oc->r.len) {
+        fwrite(oc->r.data, 1, oc->r.len, stderr);
+        fflush(stderr);
+        oc->reasoning_bytes += oc->r.len;
+    }
+    if (oc->c.len) {
+        fwrite(oc->c.data, 1, oc->c.len, stdout);
+        fflush(stdout);
+    }
+    shoal_buf_reset(&oc->r);
+    shoal_buf_reset(&oc->c);
+}
+
+static int on_token(void *ctx, uint32_t id, int is_eos)
+{
+    out_ctx *oc = ctx;
+    shoal_err err;
+    int rc = 0;
+
+    if (is_eos)
+        return 0;
+    if (oc->parser)
+        rc = chat_parser_push(oc->parser, id, &oc->r, &oc->c, &err);
+    else if (!tokenizer_is_special(oc->tok, id))
+        rc = tokenizer_stream_push(oc->ts, id, &oc->c, &err);
+    if (rc < 0)
+        return rc;
+    print_bufs(oc);
+    return 0;
+}
+
+/* The prompt's ids: raw text, or the chat rendering. */
+static int build_prompt(const prompt_opts *o, const tokenizer *tok, tokenizer_ids *ids,
+                        shoal_err *err)
+{
+    chat_message m[2];
+    size_t n = 0;
+    chat_options co;
+    chat_prompt p;
+    int rc;
+
+    if (!o->chat)
+        return tokenizer_encode(tok, o->prompt, strlen(o->prompt), 0, ids, err);
+    if (o->system)
+        m[n++] = (chat_message){ CHAT_SYSTEM, o->system, strlen(o->system) };
+    m[n++] = (chat_message){ CHAT_USER, o->prompt, strlen(o->prompt) };
+    chat_options_default(&co);
+    co.thinking = o->think;
+    snprintf(co.effort, sizeof co.effort, "%s", o->effort);
+    if ((rc = chat_render(tok, m, n, &co, &p, err)) != 0)
+        return rc;
+    *ids = p.ids;
+    p.ids = (tokenizer_ids){ 0 };
+    chat_prompt_free(&p);
+    return 0;
+}
+
+int engine_cmd_prompt(int argc, char **argv)
+{
+    prompt_opts o;
+    gen_model_options mo = { 0 };
+    gen_model gm;
+    gen_params gp;
+    gen_result res;
+    tokenizer_ids ids = { 0 };
+    out_ctx oc;
+    shoal_err err = { 0 };
+    int rc;
+
+    if ((rc = parse_args(argc, argv, &o)) != 0)
+        return rc == 1 ? 0 : 2;
+    mo.threads = (int)o.threads;
+    mo.chunk = (size_t)o.chunk;
+    mo.spine_f32 = o.spine_f32;
+    if ((rc = gen_model_open(o.model, &mo, &gm, &err)) != 0) {
+        fprintf(stderr, "run: %s\n", err.msg);
+        return 1;
+    }
+    memset(&oc, 0, sizeof oc);
+    oc.tok = gm.tok;
+    shoal_buf_init(&oc.r, 0);
+    shoal_buf_init(&oc.c, 0);
+    rc = build_prompt(&o, gm.tok, &ids, &err);
+    if (rc == 0 && o.chat && !(oc.parser = chat_parser_new(gm.tok, o.think)))
+        rc = shoal_err_set(&err, SHOAL_ENOMEM, "out of memory");
+    if (rc == 0 && !o.chat && !(oc.ts = tokenizer_stream_new(gm.tok)))
+        rc = shoal_err_set(&err, SHOAL_ENOMEM, "out of memory");
+    if (rc == 0) {
+        gen_params_default(&gp);
+        gp.temperature = o.temperature;
+        gp.top_p = o.top_p;
+        gp.seed = (uint64_t)o.seed;
+        gp.has_seed = o.has_seed;
+        gp.max_tokens = (size_t)o.max_tokens;
+        gp.eos = &gm.eos;
+        gp.n_eos = 1;
+        rc = generator_run(gm.gen, ids.v, ids.n, &gp, on_token, &oc, &res, &err);
+    }
+    if (rc == 0) {
+        if (oc.parser)
+            chat_parser_finish(oc.parser, &oc.r, &oc.c);
+        else
+            tokenizer_stream_flush(oc.ts, &oc.c);
+        print_bufs(&oc);
+        fputc('\n', stdout);
+        if (o.stats)
+            fprintf(stderr, "\nprompt %zu tokens, completion %zu tokens (%s); prefill %.3f s, "
+                            "decode %.3f s (%.2f ms/token)\n",
+                    res.prompt_tokens, res.completion_tokens, gen_finish_name(res.finish),
+                    (double)res.prefill_ns * 1e-9, (double)res.decode_ns * 1e-9,
+                    res.completion_tokens ? (double)res.decode_ns * 1e-6 / (double)res.completion_tokens : 0.0);
+    } else {
+        fprintf(stderr, "run: %s\n", err.msg);
+    }
+    chat_parser_free(oc.parser);
+    tokenizer_stream_free(oc.ts);
+    shoal_buf_free(&oc.r);
+    shoal_buf_free(&oc.c);
+    tokenizer_ids_free(&ids);
+    gen_model_close(&gm);
+    return rc == 0 ? 0 : 1;
+}

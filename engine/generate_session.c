@@ -1,0 +1,147 @@
+/* generate_session.c — the generator's backend over engine sessions
+ * (session.h): states are engine_sessions, runs are engine_session_run, and
+ * a snapshot is a copy of a session's decode state (engine_session_copy).
+ *
+ * Owns: the adapter.  Does not own the forward pass or the state layout.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/expert_source.h"
+#include "engine/generate.h"
+#include "engine/kernels/kernels.h"
+#include "engine/model.h"
+#include "engine/session.h"
+
+typedef struct sess_backend {
+    const engine_model *m;
+    engine_session_options opt;
+    int32_t *tmp;          /* ids as the session takes them */
+    size_t   tmp_cap;
+} sess_backend;
+
+static int sb_new(void *impl, void **state, shoal_err *err)
+{
+    sess_backend *b = impl;
+    engine_session *s = NULL;
+    int rc = engine_session_new(b->m, &b->opt, &s, err);
+    *state = s;
+    return rc;
+}
+
+static void sb_free(void *impl, void *state)
+{
+    (void)impl;
+    engine_session_free(state);
+}
+
+static int sb_copy(void *impl, void *dst, const void *src, shoal_err *err)
+{
+    (void)impl;
+    return engine_session_copy(dst, src, err);
+}
+
+static int sb_run(void *impl, void *state, const uint32_t *ids, size_t n, float *logits,
+                  shoal_err *err)
+{
+    sess_backend *b = impl;
+    if (n > b->tmp_cap) {
+        int32_t *t = realloc(b->tmp, n * sizeof *t);
+        if (!t)
+            return shoal_err_set(err, SHOAL_ENOMEM, "generate: out of memory");
+        b->tmp = t;
+        b->tmp_cap = n;
+    }
+    for (size_t i = 0; i < n; i++)
+        b->tmp[i] = (int32_t)ids[i];
+    return engine_session_run(state, b->tmp, n, logits, err);
+}
+
+static const gen_backend_ops SESSION_OPS = {
+    .state_new = sb_new, .state_free = sb_free, .state_copy = sb_copy, .run = sb_run,
+};
+
+int gen_backend_session_new(const engine_model *m, const engine_session_options *opt,
+                            gen_backend *out, shoal_err *err)
+{
+    sess_backend *b;
+
+    memset(out, 0, sizeof *out);
+    if (m->cfg.vocab <= 0 || m->cfg.max_positions <= 1)
+        return shoal_err_set(err, SHOAL_EINVAL, "generate: the model has no vocabulary or context");
+    if (!(b = calloc(1, sizeof *b)))
+        return shoal_err_set(err, SHOAL_ENOMEM, "generate: out of memory");
+    b->m = m;
+    b->opt = *opt;
+    out->ops = &SESSION_OPS;
+    out->impl = b;
+    out->n_vocab = (uint32_t)m->cfg.vocab;
+    out->n_ctx = (size_t)m->cfg.max_positions;
+    return 0;
+}
+
+void gen_backend_session_free(gen_backend *b)
+{
+    sess_backend *sb;
+    if (!b || !b->impl)
+        return;
+    sb = b->impl;
+    free(sb->tmp);
+    free(sb);
+    b->impl = NULL;
+}
+
+/* ---- gen_model ------------------------------------------------------------------ */
+
+int gen_model_open(const char *dir, const gen_model_options *o, gen_model *out, shoal_err *err)
+{
+    engine_model_options mo;
+    engine_session_options so;
+    int rc;
+
+    memset(out, 0, sizeof *out);
+    if (!(out->pool = kernels_pool_new(o->threads > 0 ? o->threads : 1))) {
+        rc = shoal_err_set(err, SHOAL_ENOMEM, "cannot start %d compute threads", o->threads);
+        goto fail;
+    }
+    engine_model_options_default(&mo);
+    mo.pool = out->pool;
+    if (o->spine_f32)
+        mo.spine = ENGINE_SPINE_F32;
+    if ((rc = engine_model_open(dir, &mo, &out->model, err)) != 0)
+        goto fail;
+    if ((rc = tokenizer_model_open(&out->tok, dir, err)) != 0)
+        goto fail;
+    if (!(out->src = expert_source_local_new(out->model))) {
+        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+        goto fail;
+    }
+    memset(&so, 0, sizeof so);
+    so.experts = o->spine_f32 ? KERNELS_EXACT : KERNELS_FAST;
+    so.chunk = o->chunk ? o->chunk : 16;
+    so.pool = out->pool;
+    so.src = out->src;
+    if ((rc = gen_backend_session_new(out->model, &so, &out->backend, err)) != 0)
+        goto fail;
+    if ((rc = generator_new(&out->backend, &out->gen, err)) != 0)
+        goto fail;
+    if (tokenizer_special_id(out->tok, "<|end_of_msg|>", &out->eos) != 0)
+        out->eos = (uint32_t)out->model->cfg.eos_id;
+    return 0;
+fail:
+    gen_model_close(out);
+    return rc;
+}
+
+void gen_model_close(gen_model *gm)
+{
+    if (!gm)
+        return;
+    generator_free(gm->gen);
+    gen_backend_session_free(&gm->backend);
+    expert_source_free(gm->src);
+    tokenizer_free(gm->tok);
+    engine_model_free(gm->model);
+    kernels_pool_free(gm->pool);
+    memset(gm, 0, sizeof *gm);
+}

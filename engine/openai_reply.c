@@ -1,0 +1,206 @@
+/* openai_reply.c — response bodies and SSE chunks of the OpenAI-compatible
+ * API (openai.h): chat.completion, chat.completion.chunk, text_completion,
+ * the usage object, /v1/models.
+ *
+ * Owns: the JSON shapes.  Does not own HTTP nor generation.
+ */
+#include <string.h>
+
+#include "common/json.h"
+#include "engine/openai.h"
+
+static shoal_json *usage_obj(const openai_reply_info *ri)
+{
+    shoal_json *u = shoal_json_object(), *d = shoal_json_object();
+    if (!u || !d || shoal_json_set_int(u, "prompt_tokens", (int64_t)ri->prompt_tokens) ||
+        shoal_json_set_int(u, "completion_tokens", (int64_t)ri->completion_tokens) ||
+        shoal_json_set_int(u, "total_tokens", (int64_t)(ri->prompt_tokens + ri->completion_tokens)) ||
+        shoal_json_set_int(d, "cached_tokens", (int64_t)ri->cached_tokens)) {
+        shoal_json_free(u);
+        shoal_json_free(d);
+        return NULL;
+    }
+    if (shoal_json_set_take(u, "prompt_tokens_details", d)) {
+        shoal_json_free(u);
+        return NULL;
+    }
+    return u;
+}
+
+/* {"id", "object", "created", "model"} */
+static shoal_json *head(const openai_reply_info *ri, const char *object)
+{
+    shoal_json *o = shoal_json_object();
+    if (!o || shoal_json_set_str(o, "id", ri->id) || shoal_json_set_str(o, "object", object) ||
+        shoal_json_set_int(o, "created", ri->created) || shoal_json_set_str(o, "model", ri->model)) {
+        shoal_json_free(o);
+        return NULL;
+    }
+    return o;
+}
+
+static int set_finish(shoal_json *choice, const openai_reply_info *ri)
+{
+    return shoal_json_set_take(choice, "finish_reason", ri->finish_reason
+                                                            ? shoal_json_new_str(ri->finish_reason)
+                                                            : shoal_json_new_null());
+}
+
+/* Serialise root (taken) to out, as SSE data when sse. */
+static int finish(shoal_json *root, int sse, shoal_buf *out)
+{
+    int rc = root ? 0 : SHOAL_ENOMEM;
+    if (rc == 0 && sse)
+        rc = shoal_buf_append_str(out, "data: ");
+    if (rc == 0)
+        rc = shoal_json_dump(root, SHOAL_JSON_COMPACT, out);
+    if (rc == 0 && sse)
+        rc = shoal_buf_append_str(out, "\n\n");
+    shoal_json_free(root);
+    return rc ? SHOAL_ENOMEM : 0;
+}
+
+/* root.choices = [choice]; both taken.  NULL on failure. */
+static shoal_json *with_choice(shoal_json *root, shoal_json *choice)
+{
+    shoal_json *arr = NULL;
+    if (!root || !choice || shoal_json_set_int(choice, "index", 0) || !(arr = shoal_json_array())) {
+        shoal_json_free(root);
+        shoal_json_free(choice);
+        return NULL;
+    }
+    if (shoal_json_append_take(arr, choice)) {
+        shoal_json_free(arr);
+        shoal_json_free(root);
+        return NULL;
+    }
+    if (shoal_json_set_take(root, "choices", arr)) {
+        shoal_json_free(root);
+        return NULL;
+    }
+    return root;
+}
+
+int openai_chat_json(const openai_reply_info *ri, const char *content, size_t content_len,
+                     const char *reasoning, size_t reasoning_len, shoal_buf *out)
+{
+    shoal_json *root = head(ri, "chat.completion"), *choice = shoal_json_object();
+    shoal_json *msg = shoal_json_object();
+    int bad = !root || !choice || !msg || shoal_json_set_str(msg, "role", "assistant") ||
+              shoal_json_set_take(msg, "content", shoal_json_new_strn(content, content_len)) ||
+              (reasoning && shoal_json_set_take(msg, "reasoning_content",
+                                                shoal_json_new_strn(reasoning, reasoning_len)));
+    if (!bad) {
+        bad = shoal_json_set_take(choice, "message", msg);
+        msg = NULL;
+    }
+    if (!bad)
+        bad = set_finish(choice, ri) || shoal_json_set_take(root, "usage", usage_obj(ri));
+    shoal_json_free(msg);
+    if (bad) {
+        shoal_json_free(root);
+        shoal_json_free(choice);
+        return SHOAL_ENOMEM;
+    }
+    return finish(with_choice(root, choice), 0, out);
+}
+
+int openai_completion_json(const openai_reply_info *ri, const char *text, size_t text_len,
+                           shoal_buf *out)
+{
+    shoal_json *root = head(ri, "text_completion"), *choice = shoal_json_object();
+    int bad = !root || !choice ||
+              shoal_json_set_take(choice, "text", shoal_json_new_strn(text, text_len)) ||
+              shoal_json_set_take(choice, "logprobs", shoal_json_new_null()) ||
+              set_finish(choice, ri) || shoal_json_set_take(root, "usage", usage_obj(ri));
+    if (bad) {
+        shoal_json_free(root);
+        shoal_json_free(choice);
+        return SHOAL_ENOMEM;
+    }
+    return finish(with_choice(root, choice), 0, out);
+}
+
+int openai_chat_chunk(const openai_reply_info *ri, int role, const char *content,
+                      size_t content_len, const char *reasoning, size_t reasoning_len,
+                      int with_usage, shoal_buf *out)
+{
+    shoal_json *root = head(ri, "chat.completion.chunk"), *choice = shoal_json_object();
+    shoal_json *delta = shoal_json_object();
+    int bad = !root || !choice || !delta || (role && shoal_json_set_str(delta, "role", "assistant")) ||
+              (content && shoal_json_set_take(delta, "content",
+                                              shoal_json_new_strn(content, content_len))) ||
+              (reasoning && shoal_json_set_take(delta, "reasoning_content",
+                                                shoal_json_new_strn(reasoning, reasoning_len)));
+    if (!bad) {
+        bad = shoal_json_set_take(choice, "delta", delta);
+        delta = NULL;
+    }
+    if (!bad)
+        bad = set_finish(choice, ri) ||
+              (with_usage && shoal_json_set_take(root, "usage", shoal_json_new_null()));
+    shoal_json_free(delta);
+    if (bad) {
+        shoal_json_free(root);
+        shoal_json_free(choice);
+        return SHOAL_ENOMEM;
+    }
+    return finish(with_choice(root, choice), 1, out);
+}
+
+int openai_completion_chunk(const openai_reply_info *ri, const char *text, size_t text_len,
+                            int with_usage, shoal_buf *out)
+{
+    shoal_json *root = head(ri, "text_completion"), *choice = shoal_json_object();
+    int bad = !root || !choice ||
+              shoal_json_set_take(choice, "text", shoal_json_new_strn(text, text_len)) ||
+              shoal_json_set_take(choice, "logprobs", shoal_json_new_null()) ||
+              set_finish(choice, ri) ||
+              (with_usage && shoal_json_set_take(root, "usage", shoal_json_new_null()));
+    if (bad) {
+        shoal_json_free(root);
+        shoal_json_free(choice);
+        return SHOAL_ENOMEM;
+    }
+    return finish(with_choice(root, choice), 1, out);
+}
+
+int openai_usage_chunk(const openai_reply_info *ri, int chat, shoal_buf *out)
+{
+    shoal_json *root = head(ri, chat ? "chat.completion.chunk" : "text_completion");
+    if (!root || shoal_json_set_take(root, "choices", shoal_json_array()) ||
+        shoal_json_set_take(root, "usage", usage_obj(ri))) {
+        shoal_json_free(root);
+        return SHOAL_ENOMEM;
+    }
+    return finish(root, 1, out);
+}
+
+int openai_done_event(shoal_buf *out)
+{
+    return shoal_buf_append_str(out, "data: [DONE]\n\n") ? SHOAL_ENOMEM : 0;
+}
+
+int openai_models_json(const char *model, int64_t created, shoal_buf *out)
+{
+    shoal_json *root = shoal_json_object(), *arr = shoal_json_array(), *m = shoal_json_object();
+    int bad = !root || !arr || !m || shoal_json_set_str(root, "object", "list") ||
+              shoal_json_set_str(m, "id", model) || shoal_json_set_str(m, "object", "model") ||
+              shoal_json_set_int(m, "created", created) ||
+              shoal_json_set_str(m, "owned_by", "shoal");
+    if (!bad) {
+        bad = shoal_json_append_take(arr, m);
+        m = NULL;
+    }
+    if (!bad) {
+        bad = shoal_json_set_take(root, "data", arr);
+        arr = NULL;
+    }
+    shoal_json_free(m);
+    shoal_json_free(arr);
+    if (bad) {
+        shoal_json_free(root);
+        return SHOAL_ENOMEM;
+    }
+    return finish(root, 0, out);
+}

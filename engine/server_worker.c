@@ -1,0 +1,387 @@
+/* server_worker.c — the server's generation thread: takes jobs from the
+ * FIFO one at a time, renders or tokenizes the prompt, runs the generator,
+ * turns tokens into text (chat: think vs response channels; stop
+ * sequences), and posts replies or SSE chunks to the loop thread
+ * (server_int.h has the threading rules).
+ *
+ * Owns: per-job text state.  Does not own HTTP (server.c), JSON shapes
+ * (openai_reply.c), rendering (chat.c) nor generation (generate.c).
+ *
+ * Stop sequences apply to the answer text: the response channel of a chat
+ * reply, the whole text of a completion; reasoning is never cut by them.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "engine/chat.h"
+#include "engine/server_int.h"
+
+#define TAG "server"
+
+typedef struct wctx {
+    server *srv;
+    job *j;
+    int chat;
+    chat_parser *parser;        /* chat */
+    tokenizer_stream *ts;       /* completion */
+    gen_stop *stop;
+    int matched;                /* a stop sequence ended the text */
+    shoal_buf reasoning, content;   /* whole replies: everything; streams: this step's */
+    shoal_buf rd, cd;           /* this token's text before the stop filter */
+    openai_reply_info ri;
+    int failed;                 /* posting failed: give up quietly */
+} wctx;
+
+static void wctx_free(wctx *w)
+{
+    chat_parser_free(w->parser);
+    tokenizer_stream_free(w->ts);
+    gen_stop_free(w->stop);
+    shoal_buf_free(&w->reasoning);
+    shoal_buf_free(&w->content);
+    shoal_buf_free(&w->rd);
+    shoal_buf_free(&w->cd);
+}
+
+/* A buffer's text, "" when nothing was ever appended. */
+static const char *text_of(const shoal_buf *b)
+{
+    return b->data ? (const char *)b->data : "";
+}
+
+/* Send what this step produced (streams only). */
+static int flush_chunk(wctx *w, int first)
+{
+    shoal_buf b;
+    int rc;
+
+    if (!w->j->r.stream || (!first && w->reasoning.len == 0 && w->content.len == 0))
+        return 0;
+    shoal_buf_init(&b, 0);
+    if (w->chat)
+        rc = openai_chat_chunk(&w->ri, first, first || w->content.len ? text_of(&w->content) : NULL,
+                               w->content.len, w->reasoning.len ? text_of(&w->reasoning) : NULL,
+                               w->reasoning.len, w->j->r.include_usage, &b);
+    else
+        rc = openai_completion_chunk(&w->ri, text_of(&w->content), w->content.len,
+                                     w->j->r.include_usage, &b);
+    if (rc == 0)
+        rc = server_post(w->srv, w->j, OUT_DATA, 200, &b);
+    shoal_buf_free(&b);
+    shoal_buf_reset(&w->reasoning);
+    shoal_buf_reset(&w->content);
+    return rc;
+}
+
+/* New answer text through the stop filter into w->content. */
+static int answer_text(wctx *w)
+{
+    int rc = 0;
+    if (w->cd.len && !w->matched) {
+        rc = gen_stop_push(w->stop, (const char *)w->cd.data, w->cd.len, &w->content);
+        if (rc == 1) {
+            w->matched = 1;
+            rc = 0;
+        }
+    }
+    shoal_buf_reset(&w->cd);
+    return rc;
+}
+
+static int on_token(void *ctx, uint32_t id, int is_eos)
+{
+    wctx *w = ctx;
+    shoal_err err;
+    int rc;
+
+    if (is_eos)
+        return 0;
+    if (w->chat) {
+        rc = chat_parser_push(w->parser, id, &w->rd, &w->cd, &err);
+        if (rc < 0)
+            return rc;
+        if (w->rd.len && shoal_buf_append(&w->reasoning, w->rd.data, w->rd.len))
+            return SHOAL_ENOMEM;
+        shoal_buf_reset(&w->rd);
+    } else if (!tokenizer_is_special(w->srv->m.tok, id)) {
+        /* Specials add no text to a completion (they are not words). */
+        rc = tokenizer_stream_push(w->ts, id, &w->cd, &err);
+        if (rc < 0)
+            return rc;
+    }
+    if ((rc = answer_text(w)) != 0)
+        return rc;
+    if (flush_chunk(w, 0) != 0) {
+        w->failed = 1;
+        return SHOAL_ENOMEM;
+    }
+    return w->matched ? 1 : 0;
+}
+
+/* End of generation: flush partial characters and held-back text. */
+static int finish_text(wctx *w)
+{
+    int rc;
+    if (w->chat) {
+        rc = chat_parser_finish(w->parser, &w->rd, &w->cd);
+        if (rc == 0 && w->rd.len)
+            rc = shoal_buf_append(&w->reasoning, w->rd.data, w->rd.len);
+        shoal_buf_reset(&w->rd);
+    } else {
+        rc = tokenizer_stream_flush(w->ts, &w->cd);
+    }
+    if (rc == 0)
+        rc = answer_text(w);
+    if (rc == 0 && !w->matched)
+        rc = gen_stop_flush(w->stop, &w->content);
+    return rc;
+}
+
+/* The prompt ids of a job, or -1 with e filled. */
+static int prompt_ids(server *srv, const openai_request *r, tokenizer_ids *ids, openai_error *e)
+{
+    shoal_err err;
+    int rc;
+
+    if (r->kind == OPENAI_CHAT) {
+        chat_message *msgs = calloc(r->n_msgs, sizeof *msgs);
+        chat_options o;
+        chat_prompt p;
+        if (!msgs)
+            goto oom;
+        for (size_t i = 0; i < r->n_msgs; i++)
+            msgs[i] = (chat_message){ .role = (chat_role)r->msgs[i].role,
+                                      .content = r->msgs[i].content,
+                                      .content_len = r->msgs[i].content_len };
+        chat_options_default(&o);
+        o.thinking = r->thinking;
+        snprintf(o.effort, sizeof o.effort, "%s", r->effort);
+        rc = chat_render(srv->m.tok, msgs, r->n_msgs, &o, &p, &err);
+        free(msgs);
+        if (rc != 0) {
+            openai_error_set(e, 500, "server_error", NULL, NULL, "chat rendering failed: %s", err.msg);
+            return -1;
+        }
+        *ids = p.ids;
+        p.ids = (tokenizer_ids){ 0 };
+        chat_prompt_free(&p);
+    } else if (r->prompt) {
+        if (tokenizer_encode(srv->m.tok, r->prompt, r->prompt_len, 0, ids, &err) != 0) {
+            openai_error_set(e, 500, "server_error", NULL, NULL, "tokenizer: %s", err.msg);
+            return -1;
+        }
+    } else {
+        for (size_t i = 0; i < r->n_prompt_ids; i++) {
+            if (r->prompt_ids[i] >= srv->m.n_vocab) {
+                openai_error_set(e, 400, "invalid_request_error", "prompt", NULL,
+                                 "token id %u is outside the vocabulary (%u ids)", r->prompt_ids[i],
+                                 srv->m.n_vocab);
+                return -1;
+            }
+            if (tokenizer_ids_push(ids, r->prompt_ids[i]))
+                goto oom;
+        }
+    }
+    if (ids->n == 0) {
+        openai_error_set(e, 400, "invalid_request_error", r->kind == OPENAI_CHAT ? "messages" : "prompt",
+                         NULL, "the prompt is empty");
+        return -1;
+    }
+    if (ids->n >= srv->m.n_ctx) {
+        openai_error_set(e, 400, "invalid_request_error", r->kind == OPENAI_CHAT ? "messages" : "prompt",
+                         "context_length_exceeded",
+                         "This model's maximum context length is %zu tokens; the prompt has %zu",
+                         srv->m.n_ctx, ids->n);
+        return -1;
+    }
+    return 0;
+oom:
+    openai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    return -1;
+}
+
+static void post_whole(wctx *w)
+{
+    const char *rs = NULL;
+    shoal_buf b;
+    int rc;
+
+    /* reasoning_content is present (maybe empty) exactly in thinking mode. */
+    if (w->j->r.thinking)
+        rs = text_of(&w->reasoning);
+    shoal_buf_init(&b, 0);
+    if (w->chat)
+        rc = openai_chat_json(&w->ri, text_of(&w->content), w->content.len, rs, w->reasoning.len, &b);
+    else
+        rc = openai_completion_json(&w->ri, text_of(&w->content), w->content.len, &b);
+    if (rc != 0)
+        shoal_buf_free(&b);
+    server_post(w->srv, w->j, OUT_REPLY, rc ? 500 : 200, &b);
+}
+
+/* The stream's last events: the text left, finish_reason, usage, [DONE]. */
+static void post_stream_end(wctx *w)
+{
+    shoal_buf b;
+    int rc;
+
+    shoal_buf_init(&b, 0);
+    rc = flush_chunk(w, 0);
+    if (rc == 0)
+        rc = w->chat ? openai_chat_chunk(&w->ri, 0, NULL, 0, NULL, 0, w->j->r.include_usage, &b)
+                     : openai_completion_chunk(&w->ri, "", 0, w->j->r.include_usage, &b);
+    if (rc == 0 && w->j->r.include_usage)
+        rc = openai_usage_chunk(&w->ri, w->chat, &b);
+    if (rc == 0)
+        rc = openai_done_event(&b);
+    if (rc == 0)
+        server_post(w->srv, w->j, OUT_DATA, 200, &b);
+    shoal_buf_free(&b);
+    server_post(w->srv, w->j, OUT_STREAM_END, 200, NULL);
+}
+
+/* Run one admitted job to its final message.  Returns how it ended:
+ * 0 completed, 1 cancelled, -1 failed. */
+static int run_job(server *srv, job *j)
+{
+    wctx w = { .srv = srv, .j = j, .chat = j->r.kind == OPENAI_CHAT };
+    tokenizer_ids ids = { 0 };
+    openai_error e;
+    gen_params gp;
+    gen_result res;
+    shoal_err err;
+    int rc, outcome = 0;
+
+    if (prompt_ids(srv, &j->r, &ids, &e) != 0) {
+        tokenizer_ids_free(&ids);
+        server_post_error(srv, j, &e);
+        return -1;
+    }
+    shoal_buf_init(&w.reasoning, 0);
+    shoal_buf_init(&w.content, 0);
+    shoal_buf_init(&w.rd, 0);
+    shoal_buf_init(&w.cd, 0);
+    w.stop = gen_stop_new((const char *const *)j->r.stop, j->r.n_stop);
+    if (w.chat)
+        w.parser = chat_parser_new(srv->m.tok, j->r.thinking);
+    else
+        w.ts = tokenizer_stream_new(srv->m.tok);
+    w.ri = (openai_reply_info){ .id = j->id, .model = srv->cfg.model_name, .created = j->created,
+                                .prompt_tokens = ids.n };
+    if (!w.stop || (w.chat ? !w.parser : !w.ts)) {
+        openai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+        server_post_error(srv, j, &e);
+        tokenizer_ids_free(&ids);
+        wctx_free(&w);
+        return -1;
+    }
+    if (j->r.stream) {
+        server_post(srv, j, OUT_STREAM_START, 200, NULL);
+        flush_chunk(&w, 1);
+    }
+    gen_params_default(&gp);
+    gp.temperature = j->r.temperature;
+    gp.top_p = j->r.top_p;
+    gp.seed = j->r.seed;
+    gp.has_seed = j->r.has_seed;
+    gp.max_tokens = j->r.max_tokens;
+    gp.eos = &srv->m.eos;
+    gp.n_eos = 1;
+    gp.prefill_step = srv->cfg.prefill_step;
+    gp.cancel = &j->cancel;
+    rc = generator_run(srv->m.gen, ids.v, ids.n, &gp, on_token, &w, &res, &err);
+    if (rc == 0)
+        rc = finish_text(&w);
+    w.ri.completion_tokens = res.completion_tokens;
+    w.ri.cached_tokens = res.reused_tokens;
+    w.ri.finish_reason = w.matched || res.finish == GEN_FINISH_STOP ? "stop" : "length";
+    pthread_mutex_lock(&srv->mu);
+    srv->n.last_decode_ns = res.decode_ns;
+    srv->n.last_decode_model_ns = res.decode_model_ns;
+    srv->n.last_prefill_ns = res.prefill_ns;
+    srv->n.last_completion_tokens = res.completion_tokens;
+    generator_stats(srv->m.gen, &srv->n.gen);
+    pthread_mutex_unlock(&srv->mu);
+    /* Logged before the final message: after it the job is the loop's. */
+    LOG_INFO(TAG, "%s: prompt %zu (reused %zu), completion %zu, %s", j->id, res.prompt_tokens,
+             res.reused_tokens, res.completion_tokens, gen_finish_name(res.finish));
+    if (rc == 0 && res.finish == GEN_FINISH_CANCELLED) {
+        outcome = 1;
+        if (j->r.stream) {
+            server_post(srv, j, OUT_STREAM_END, 200, NULL);
+        } else {
+            openai_error_set(&e, 503, "server_error", NULL, "cancelled", "the request was cancelled");
+            server_post_error(srv, j, &e);
+        }
+    } else if (rc != 0) {
+        outcome = -1;
+        LOG_WARN(TAG, "%s: generation failed: %s", j->id, err.msg);
+        openai_error_set(&e, 500, "server_error", NULL, NULL, "generation failed: %s",
+                         w.failed ? "out of memory" : err.msg);
+        if (j->r.stream) {
+            shoal_buf b;
+            shoal_buf_init(&b, 0);
+            if (shoal_buf_append_str(&b, "data: ") == 0 && openai_error_json(&e, &b) == 0 &&
+                shoal_buf_append_str(&b, "\n\n") == 0)
+                server_post(srv, j, OUT_DATA, 200, &b);
+            shoal_buf_free(&b);
+            server_post(srv, j, OUT_STREAM_END, 200, NULL);
+        } else {
+            server_post_error(srv, j, &e);
+        }
+    } else if (j->r.stream) {
+        post_stream_end(&w);
+    } else {
+        post_whole(&w);
+    }
+    tokenizer_ids_free(&ids);
+    wctx_free(&w);
+    return outcome;
+}
+
+void *server_worker_main(void *arg)
+{
+    server *srv = arg;
+    for (;;) {
+        job *j;
+        int stopping, outcome;
+
+        pthread_mutex_lock(&srv->mu);
+        while (!srv->q_head && !srv->stopping)
+            pthread_cond_wait(&srv->cv, &srv->mu);
+        if (!srv->q_head) {
+            pthread_mutex_unlock(&srv->mu);
+            break;
+        }
+        j = srv->q_head;
+        srv->q_head = j->qnext;
+        if (!srv->q_head)
+            srv->q_tail = NULL;
+        srv->q_len--;
+        srv->running = j;
+        stopping = srv->stopping;
+        pthread_mutex_unlock(&srv->mu);
+
+        if (stopping || atomic_load(&j->cancel)) {
+            openai_error e;
+            openai_error_set(&e, 503, "server_error", NULL, stopping ? "shutting_down" : "cancelled",
+                             stopping ? "the server is shutting down" : "the request was cancelled");
+            server_post_error(srv, j, &e);
+            outcome = 1;
+        } else {
+            outcome = run_job(srv, j);
+        }
+        pthread_mutex_lock(&srv->mu);
+        srv->running = NULL;
+        if (outcome == 0)
+            srv->n.completed++;
+        else if (outcome > 0)
+            srv->n.cancelled++;
+        else
+            srv->n.failed++;
+        pthread_mutex_unlock(&srv->mu);
+    }
+    return NULL;
+}
