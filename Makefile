@@ -50,7 +50,7 @@ lib  = $(BUILD)/lib$(1).a
 ALL_LIBS := $(call lib,engine) $(call lib,fetcher) $(call lib,cache) $(call lib,common)
 libs_for = $(if $(LIBS_$(1)),$(foreach c,$(LIBS_$(1)),$(call lib,$(c))),$(ALL_LIBS))
 LIBS_common   := common
-LIBS_fetcher  := fetcher common
+LIBS_fetcher  := fetcher cache common
 LIBS_cache    := cache common
 LIBS_engine   := engine common
 LIBS_mkmodel  := common
@@ -59,7 +59,9 @@ LIBS_stinfo   := common
 LIBS_hubget   := fetcher common
 LIBS_shoal-fetch := fetcher cache common
 LIBS_shoald   := fetcher cache common
+LIBS_shoalc   := common
 LIBS_shoal-engine := engine common
+LIBS_shoal    := cache common
 
 # ---- binaries -------------------------------------------------------------
 # tools/<name>/*.c -> bin/<name>; daemon/*.c -> bin/shoald;

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 
 typedef struct cache cache;
@@ -357,7 +358,6 @@ int cache_file_get(cache *c, const char *endpoint, const char *repo,
  * socket) and the CLI (on the index, read-only, when no daemon runs) give
  * the same answer.  The JSON schemas are in docs/stats-json.md.
  */
-#include "common/buf.h"
 
 /* The file name under which the fetcher records a model's manifest
  * (fetcher/fetch.h FETCH_MANIFEST_PATH): a derived object named by it. */

@@ -7,11 +7,15 @@
  * directories too and never links the fetcher.
  *
  *   fetcher/hub.h          resolve a file on a Hub and GET byte ranges
+ *                          (blocking; used for metadata)
+ *   fetcher/fetch.h        upstreams, the model manifest, range transfers
+ *                          into the cache driven by any event loop
  */
 #ifndef SHOAL_FETCHER_H
 #define SHOAL_FETCHER_H
 
 #include "common/safetensors.h"
 #include "fetcher/hub.h"
+#include "fetcher/fetch.h"
 
 #endif

@@ -27,26 +27,9 @@
 
 #include "common/log.h"
 #include "common/sys.h"
-#include "common/version.h"
+#include "fetcher/http_int.h"
 
 #define HUB_MAX_HOPS 5
-
-/* Headers of the current response that the client reads.  Reset at each
- * status line, so after a perform they belong to the last response. */
-typedef struct hub_headers {
-    char commit[64];
-    char linked_etag[HUB_ETAG_MAX + 8];
-    char etag[HUB_ETAG_MAX + 8];
-    char linked_size[32];
-    char content_length[32];
-    char content_range[128];
-    char location[HUB_URL_MAX];
-    char error_code[64];
-    char error_message[256];
-    char retry_after[32];
-    char ratelimit[128];
-    int  too_long;            /* a header we need did not fit */
-} hub_headers;
 
 /* Where body bytes go, and what a body must look like to be accepted. */
 typedef struct hub_sink {
@@ -72,7 +55,8 @@ struct hub_client {
     curl_off_t  progress_bytes;
     int         stalled;      /* the progress callback gave up */
     char        errbuf[CURL_ERROR_SIZE];
-    hub_headers hdr;
+    http_headers hdr;
+    int         sent_token;   /* the last request carried the token */
     int         last_status;
     long        retry_after;
 };
@@ -228,8 +212,7 @@ int hub_client_new(const hub_options *opt, hub_client **out, shoal_err *err)
         hub_client_free(c);
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory creating the Hub client");
     }
-    snprintf(c->user_agent, sizeof c->user_agent, "shoal/%s; libcurl/%s", SHOAL_VERSION,
-             curl_version_info(CURLVERSION_NOW)->version);
+    http_user_agent(c->user_agent, sizeof c->user_agent);
     c->connect_timeout_ms = opt && opt->connect_timeout_ms > 0 ? opt->connect_timeout_ms : 10000;
     c->stall_secs = opt && opt->stall_secs > 0 ? opt->stall_secs : 30;
     c->retry_after = -1;
@@ -261,93 +244,11 @@ long hub_client_retry_after(const hub_client *c)
     return c ? c->retry_after : -1;
 }
 
-static void hdr_copy(char *dst, size_t cap, const char *v, size_t n, int *too_long)
-{
-    if (n >= cap) {
-        *too_long = 1;
-        n = cap - 1;
-    }
-    memcpy(dst, v, n);
-    dst[n] = '\0';
-}
-
 static size_t on_header(char *data, size_t size, size_t nitems, void *arg)
 {
     hub_client *c = arg;
-    hub_headers *h = &c->hdr;
-    size_t len = size * nitems, nlen, vlen;
-    const char *colon, *v;
-
-    if (len >= 5 && strncmp(data, "HTTP/", 5) == 0) {
-        memset(h, 0, sizeof *h);
-        return len;
-    }
-    colon = memchr(data, ':', len);
-    if (!colon)
-        return len;
-    nlen = (size_t)(colon - data);
-    v = colon + 1;
-    vlen = len - nlen - 1;
-    while (vlen > 0 && (*v == ' ' || *v == '\t')) {
-        v++;
-        vlen--;
-    }
-    while (vlen > 0 && (v[vlen - 1] == '\r' || v[vlen - 1] == '\n' || v[vlen - 1] == ' '))
-        vlen--;
-#define HDR(name, field) \
-    if (nlen == sizeof name - 1 && strncasecmp(data, name, nlen) == 0) \
-        hdr_copy(h->field, sizeof h->field, v, vlen, &h->too_long)
-    HDR("X-Repo-Commit", commit);
-    else HDR("X-Linked-Etag", linked_etag);
-    else HDR("ETag", etag);
-    else HDR("X-Linked-Size", linked_size);
-    else HDR("Content-Length", content_length);
-    else HDR("Content-Range", content_range);
-    else HDR("Location", location);
-    else HDR("X-Error-Code", error_code);
-    else if (nlen == 15 && strncasecmp(data, "X-Error-Message", 15) == 0) {
-        int ignore = 0;   /* a long message is cut, not an error */
-        hdr_copy(h->error_message, sizeof h->error_message, v, vlen, &ignore);
-    }
-    else HDR("Retry-After", retry_after);
-    else HDR("RateLimit", ratelimit);
-#undef HDR
-    return len;
-}
-
-/* Parse an unsigned decimal header value. */
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    unsigned long long v;
-    if (!isdigit((unsigned char)s[0]))
-        return -1;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno || *end)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-/* Seconds to wait from "RateLimit: ...;t=N" (preferred) or Retry-After. */
-static long wait_hint(const hub_headers *h)
-{
-    const char *t = strstr(h->ratelimit, "t=");
-    uint64_t v;
-    if (t) {
-        char num[32];
-        size_t n = strspn(t + 2, "0123456789");
-        if (n > 0 && n < sizeof num) {
-            memcpy(num, t + 2, n);
-            num[n] = '\0';
-            if (parse_u64(num, &v) == 0)
-                return (long)v;
-        }
-    }
-    if (parse_u64(h->retry_after, &v) == 0)
-        return (long)v;
-    return -1;
+    http_headers_line(&c->hdr, data, size * nitems);
+    return size * nitems;
 }
 
 /* Stall detection: CURLOPT_LOW_SPEED_* averages over a window of seconds,
@@ -378,7 +279,7 @@ static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off
 static struct curl_slist *hub_prepare(hub_client *c, const char *url, const char *range)
 {
     CURL *h = c->h;
-    struct curl_slist *hl = NULL, *t;
+    struct curl_slist *hl;
 
     curl_easy_reset(h);   /* keeps live connections, drops options */
     memset(&c->hdr, 0, sizeof c->hdr);
@@ -403,28 +304,9 @@ static struct curl_slist *hub_prepare(hub_client *c, const char *url, const char
     curl_easy_setopt(h, CURLOPT_HEADERDATA, c);
     if (range)
         curl_easy_setopt(h, CURLOPT_RANGE, range);
-    t = curl_slist_append(hl, "Accept-Encoding: identity");
-    if (t)
-        hl = t;
-    if (c->auth && hub_url_same_origin(url, c->endpoint)) {
-        t = curl_slist_append(hl, c->auth);
-        if (t)
-            hl = t;
-    }
+    hl = http_request_headers(url, c->endpoint, c->auth, &c->sent_token);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
     return hl;
-}
-
-static int curl_code_map(CURLcode cc)
-{
-    switch (cc) {
-    case CURLE_OPERATION_TIMEDOUT: return SHOAL_ETIMEOUT;
-    case CURLE_PARTIAL_FILE:       return SHOAL_EPROTO;
-    case CURLE_OUT_OF_MEMORY:      return SHOAL_ENOMEM;
-    case CURLE_URL_MALFORMAT:
-    case CURLE_UNSUPPORTED_PROTOCOL: return SHOAL_EINVAL;
-    default:                       return SHOAL_ENET;
-    }
 }
 
 /* Run the prepared transfer; 0 when an HTTP answer came back (any status). */
@@ -435,9 +317,9 @@ static int hub_perform(hub_client *c, const char *what, const char *url, shoal_e
 
     curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);
     c->last_status = (int)status;
-    c->retry_after = wait_hint(&c->hdr);
+    c->retry_after = http_wait_hint(&c->hdr);
     if (cc != CURLE_OK) {
-        int code = curl_code_map(cc);
+        int code = http_curl_code_map(cc);
         if (c->stalled)
             return shoal_err_set(err, SHOAL_ETIMEOUT, "%s %s: no progress for %ld s (stalled)",
                                  what, url, c->stall_secs);
@@ -454,50 +336,8 @@ static int hub_perform(hub_client *c, const char *what, const char *url, shoal_e
 static int hub_status_error(hub_client *c, const char *url, const char *repo, const char *rev,
                             const char *file, shoal_err *err)
 {
-    const hub_headers *h = &c->hdr;
-    int st = c->last_status;
-    const char *code = h->error_code, *msg = h->error_message[0] ? h->error_message : "no message";
-
-    if (strcmp(code, "GatedRepo") == 0)
-        return shoal_err_set(err, SHOAL_EAUTH,
-                             "model %s is gated (HTTP %d): set HF_TOKEN to a token of an account "
-                             "that has accepted the licence on the model page %s/%s (hub: %s)",
-                             repo ? repo : "?", st, c->endpoint, repo ? repo : "", msg);
-    if (strcmp(code, "RepoNotFound") == 0)
-        return shoal_err_set(err, SHOAL_ENOTFOUND,
-                             "repository %s not found on %s: check the name; a private repo "
-                             "needs HF_TOKEN (hub: %s)", repo ? repo : "?", c->endpoint, msg);
-    if (strcmp(code, "RevisionNotFound") == 0)
-        return shoal_err_set(err, SHOAL_ENOTFOUND,
-                             "revision '%s' not found in %s: check the branch, tag or commit "
-                             "(hub: %s)", rev ? rev : "?", repo ? repo : "?", msg);
-    if (strcmp(code, "EntryNotFound") == 0)
-        return shoal_err_set(err, SHOAL_ENOTFOUND,
-                             "file '%s' not found in %s at revision '%s'%s%s (hub: %s)",
-                             file ? file : "?", repo ? repo : "?", rev ? rev : "?",
-                             h->commit[0] ? ", commit " : "", h->commit, msg);
-    if (st == 401)
-        return shoal_err_set(err, SHOAL_EAUTH,
-                             "%s: HTTP 401 (%s): %s", url, msg,
-                             c->auth ? "the token in HF_TOKEN was refused; check it"
-                                     : "this needs a token; set HF_TOKEN");
-    if (st == 403)
-        return shoal_err_set(err, SHOAL_EAUTH,
-                             "%s: HTTP 403 (%s): %s", url, msg,
-                             repo ? "access denied; check the token's permissions"
-                                  : "the CDN refused the signed URL (expired?); resolve the file again");
-    if (st == 404)
-        return shoal_err_set(err, SHOAL_ENOTFOUND, "%s: HTTP 404 (%s)", url, msg);
-    if ((st == 429 || st == 503) && c->retry_after >= 0)
-        return shoal_err_set(err, SHOAL_EBUSY, "%s: HTTP %d (%s); retry after %ld s", url, st, msg,
-                             c->retry_after);
-    if (st == 429 || st == 503)
-        return shoal_err_set(err, SHOAL_EBUSY, "%s: HTTP %d (%s); retry later", url, st, msg);
-    if (st == 416)
-        return shoal_err_set(err, SHOAL_ERANGE, "%s: HTTP 416, server has Content-Range '%s'", url,
-                             h->content_range);
-    return shoal_err_set(err, st >= 500 ? SHOAL_ENET : SHOAL_EPROTO, "%s: unexpected HTTP %d (%s)",
-                         url, st, msg);
+    return http_status_error(c->last_status, &c->hdr, c->endpoint, c->sent_token, url, repo, rev,
+                             file, err);
 }
 
 static size_t on_discard(char *p, size_t size, size_t n, void *arg)
@@ -505,33 +345,6 @@ static size_t on_discard(char *p, size_t size, size_t n, void *arg)
     (void)p;
     (void)arg;
     return size * n;
-}
-
-/* Strip W/ and quotes from an etag into out. */
-static int etag_clean(const char *in, char *out, size_t cap)
-{
-    size_t n;
-    if (strncmp(in, "W/", 2) == 0)
-        in += 2;
-    n = strlen(in);
-    if (n >= 2 && in[0] == '"' && in[n - 1] == '"') {
-        in++;
-        n -= 2;
-    }
-    if (n == 0 || n >= cap)
-        return -1;
-    memcpy(out, in, n);
-    out[n] = '\0';
-    return 0;
-}
-
-static int is_commit(const char *s)
-{
-    size_t i;
-    for (i = 0; s[i]; i++)
-        if (!isxdigit((unsigned char)s[i]) || isupper((unsigned char)s[i]))
-            return 0;
-    return i == 40;
 }
 
 /* Absolute means it has a scheme: "http:", "https:" ... before any '/'. */
@@ -561,7 +374,7 @@ int hub_file_resolve(hub_client *c, const hub_spec *spec, const char *file, hub_
     char url[HUB_URL_MAX];
     hub_file r;
     int rc = 0, hop, redirected = 0;
-    const hub_headers *h = &c->hdr;
+    const http_headers *h = &c->hdr;
 
     memset(&r, 0, sizeof r);
     if (hub_url_resolve(c->endpoint, spec->repo, spec->revision, file, url, sizeof url))
@@ -596,15 +409,15 @@ int hub_file_resolve(hub_client *c, const hub_spec *spec, const char *file, hub_
         return shoal_err_set(err, SHOAL_EPROTO, "HEAD %s: HTTP %d without Location", url, c->last_status);
     if (c->last_status != 200 && !r.is_lfs)
         return shoal_err_set(err, SHOAL_EPROTO, "HEAD %s: unexpected HTTP %d", url, c->last_status);
-    if (!is_commit(h->commit))
+    if (!http_is_commit(h->commit))
         return shoal_err_set(err, SHOAL_EPROTO,
                              "HEAD %s: missing or malformed X-Repo-Commit ('%s'); is %s a Hub?",
                              url, h->commit, c->endpoint);
     memcpy(r.commit, h->commit, 41);
-    if (etag_clean(h->linked_etag[0] ? h->linked_etag : h->etag, r.etag, sizeof r.etag))
+    if (http_etag_clean(h->linked_etag[0] ? h->linked_etag : h->etag, r.etag, sizeof r.etag))
         return shoal_err_set(err, SHOAL_EPROTO, "HEAD %s: no X-Linked-Etag or ETag", url);
-    if (parse_u64(h->linked_size, &r.size) != 0
-        && (r.is_lfs || parse_u64(h->content_length, &r.size) != 0))
+    if (http_parse_u64(h->linked_size, &r.size) != 0
+        && (r.is_lfs || http_parse_u64(h->content_length, &r.size) != 0))
         return shoal_err_set(err, SHOAL_EPROTO, "HEAD %s: no X-Linked-Size%s", url,
                              r.is_lfs ? " on the redirect" : " or Content-Length");
     if (r.is_lfs) {
@@ -629,31 +442,15 @@ static int sink_check(hub_sink *s)
 {
     hub_client *c = s->c;
     long status = 0;
-    char want[128];
 
     curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &status);
-    if (s->ranged) {
-        if (status == 200)
-            return shoal_err_set(s->err, SHOAL_EPROTO,
-                                 "GET bytes=%" PRIu64 "-%" PRIu64 ": the server ignored the Range "
-                                 "and answered 200 with the whole file; refused",
-                                 s->first, s->last);
-        if (status != 206)
-            return 1;
-        snprintf(want, sizeof want, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, s->first, s->last,
-                 s->total);
-        if (strcmp(c->hdr.content_range, want) != 0)
-            return shoal_err_set(s->err, SHOAL_EPROTO,
-                                 "GET bytes=%" PRIu64 "-%" PRIu64 ": Content-Range '%s', "
-                                 "expected '%s'; refused", s->first, s->last,
-                                 c->hdr.content_range, want);
-        return 0;
-    }
+    if (s->ranged)
+        return http_range_check(status, &c->hdr, s->first, s->last, s->total, s->err);
     if (status != 200)
         return 1;
     if (c->hdr.content_length[0]) {
         uint64_t cl;
-        if (parse_u64(c->hdr.content_length, &cl) != 0 || cl != s->expected)
+        if (http_parse_u64(c->hdr.content_length, &cl) != 0 || cl != s->expected)
             return shoal_err_set(s->err, SHOAL_EPROTO,
                                  "GET: Content-Length '%s', expected %" PRIu64 "; refused",
                                  c->hdr.content_length, s->expected);

@@ -7,8 +7,10 @@
  * with messages that say what to do, and the rule that the token goes to the
  * Hub's origin (scheme, host and port) and nowhere else.
  * Does not own: retries and backoff, resume, re-resolving an expired CDN
- * location (a later, libevent-driven stage adds them on top of this), nor
- * reading the token or endpoint from the environment (the program does).
+ * location (fetcher/fetch.h adds them: its metadata reads retry around this
+ * client, its transfers run on libcurl multi), nor reading the token or
+ * endpoint from the environment (the program does).  Header parsing, the
+ * 206 check and error mapping are shared with the transfers (http_int.h).
  *
  * Every call is blocking and uses the client's one libcurl handle, so
  * connections are kept alive between calls.  A client is not thread-safe;

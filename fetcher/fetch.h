@@ -1,0 +1,200 @@
+/* fetch.h — upstreams, the model manifest builder, and range transfers
+ * into the cache, driven by any event loop.
+ *
+ * Owns: opening an upstream (hf://org/name[@revision] on a Hub or mirror,
+ * or a local snapshot directory), pinning the revision to its commit,
+ * per-file resolution (etag, size, CDN location and its expiry, kept in the
+ * cache index), building the model manifest (common/manifest.h) from
+ * config.json, the index and the shards' safetensors headers and keeping it
+ * in the cache, choosing what to fetch, and the transfers themselves:
+ * libcurl multi, at most N at once, adjacent ranges coalesced, strict 206
+ * checks before any byte is written, retries with backoff and jitter that
+ * honour Retry-After / RateLimit, resume from the last byte received, stall
+ * detection, re-resolve of expired CDN locations, the token kept off the
+ * CDN.  Does not own the event loop (the caller's, through fetch_loop_ops;
+ * fetch_poll is a blocking one for tools and tests), scheduling between
+ * clients (the daemon), nor reading the environment (the program does).
+ *
+ * No libcurl or libevent type appears here.  A session and its upstream are
+ * used from one thread.  docs/fetcher.md describes the behaviour.
+ */
+#ifndef SHOAL_FETCHER_FETCH_H
+#define SHOAL_FETCHER_FETCH_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+#include "cache/cache.h"
+#include "common/err.h"
+#include "common/manifest.h"
+
+#define FETCH_DEFAULT_PARALLEL   8
+#define FETCH_DEFAULT_COALESCE   (64ull << 20)
+#define FETCH_DEFAULT_ATTEMPTS   8
+/* The name under which a model's manifest is recorded (cache_file_get). */
+#define FETCH_MANIFEST_PATH      ".shoal/manifest-v1"
+
+typedef struct fetch_options {
+    const char *model;           /* hf://org/name[@rev], DIR or file://DIR */
+    const char *endpoint;        /* NULL: https://huggingface.co */
+    const char *token;           /* NULL or "": anonymous */
+    int         parallel;        /* transfers at once; 0: 8 */
+    uint64_t    coalesce_bytes;  /* longest merged request; 0: 64 MiB;
+                                    1: never merge */
+    int         max_attempts;    /* failures in a row without a byte of
+                                    progress before giving up; 0: 8 */
+    long        stall_secs;      /* no byte for this long: retry; 0: 30 */
+    long        connect_timeout_ms;   /* 0: 10000 */
+    long        backoff_ms;      /* first backoff step; 0: 1000 */
+    long        backoff_max_ms;  /* cap; 0: 8000 */
+    long        max_wait_s;      /* cap on a server's Retry-After; 0: 60 */
+    uint32_t    seed;            /* jitter PRNG seed; 0: from the clock */
+} fetch_options;
+
+/* ---- upstreams ------------------------------------------------------------ */
+
+typedef struct fetch_upstream fetch_upstream;
+
+/* Open an upstream and pin it: a Hub revision is resolved to its commit
+ * (one HEAD of config.json; recorded with cache_model_put), a directory is
+ * identified by its files.  c may be NULL (nothing recorded or reused).
+ * Errors are typed (hub.h): SHOAL_EAUTH for a gated repo (the message says
+ * to set HF_TOKEN and accept the licence), SHOAL_ENOTFOUND naming the repo,
+ * revision or file, SHOAL_EINVAL for a bad spec. */
+int fetch_upstream_open(const fetch_options *o, cache *c, fetch_upstream **out, shoal_err *err);
+void fetch_upstream_free(fetch_upstream *u);
+
+/* The pinned commit ("local-<hex>" for a directory); borrowed. */
+const char *fetch_upstream_commit(const fetch_upstream *u);
+int fetch_upstream_is_local(const fetch_upstream *u);
+
+/* Counters of what the upstream did (both the blocking metadata calls
+ * and the sessions' transfers). */
+typedef struct fetch_stats {
+    uint64_t objects_total;      /* asked for */
+    uint64_t objects_cached;     /* already in the cache */
+    uint64_t objects_fetched;    /* written by this run */
+    uint64_t bytes_total;        /* bytes of the objects asked for */
+    uint64_t bytes_fetched;      /* bytes written into the cache */
+    uint64_t requests;           /* HTTP requests (ranges and HEADs) */
+    uint64_t resolves;           /* HEADs of /resolve/ */
+    uint64_t retries;            /* requests repeated after a failure */
+    uint64_t refused;            /* answers refused by the 206 check */
+    uint64_t resumed;            /* retries that continued mid-object */
+} fetch_stats;
+
+void fetch_upstream_stats(const fetch_upstream *u, fetch_stats *out);
+
+/* ---- the manifest ------------------------------------------------------------ */
+
+/* The manifest of the pinned model: from the cache if it was built before
+ * (*from_cache = 1), else built from config.json, the index and every
+ * language shard's header (read by range) and stored in the cache as a
+ * derived object.  Refuses, naming the tensor or file: index file names
+ * with "..", absolute paths or control bytes; tensors missing from their
+ * shard; hostile safetensors headers (common/safetensors.h); an expert
+ * whose six records are missing, out of checkpoint order, not back to
+ * back, of the wrong size, or whose span differs from the config's
+ * expert_bytes; an MoE layer missing an expert.  Vision tensors are
+ * skipped.  Caller frees *out.  c may be NULL (always built). */
+int fetch_manifest_get(fetch_upstream *u, cache *c, manifest **out, int *from_cache,
+                       shoal_err *err);
+
+/* ---- what to fetch --------------------------------------------------------------- */
+
+typedef struct fetch_item {
+    cache_kind  kind;            /* EXPERT, SPINE or SMALL */
+    uint32_t    file;            /* index into the manifest's files */
+    uint64_t    offset, length;  /* absolute range in that file */
+    int32_t     layer, expert;   /* -1 if not an expert */
+    const char *tensor;          /* spine tensor name (borrowed), or NULL */
+} fetch_item;
+
+typedef struct fetch_selection {
+    int      spine;              /* every spine tensor */
+    int      small;              /* the small files (config, index, tokenizer) */
+    int      all_experts;
+    int32_t  layer_first, layer_last;   /* experts of these layers (-1: none) */
+    const int32_t *pairs;        /* (layer, expert) pairs, 2*npairs values */
+    size_t   npairs;
+} fetch_selection;
+
+/* Items for a selection, in file order.  Caller frees *items.  A pair the
+ * manifest lacks is SHOAL_ENOTFOUND. */
+int fetch_select(const manifest *m, const fetch_selection *sel, fetch_item **items, size_t *n,
+                 shoal_err *err);
+
+/* ---- the event loop interface ------------------------------------------------------ */
+
+enum { FETCH_WATCH_NONE = 0, FETCH_WATCH_IN = 1, FETCH_WATCH_OUT = 2 };
+
+/* What a session needs from an event loop.  The loop calls
+ * fetch_session_io() when a watched descriptor is ready and
+ * fetch_session_timeout() when the timer fires. */
+typedef struct fetch_loop_ops {
+    /* Watch fd for FETCH_WATCH_IN|OUT (replacing the earlier request);
+     * FETCH_WATCH_NONE: forget fd.  0 or a negative code. */
+    int  (*watch)(void *loop, int fd, unsigned what);
+    /* Fire once after ms milliseconds (replacing an earlier timer);
+     * ms < 0 cancels it. */
+    void (*timer)(void *loop, long ms);
+} fetch_loop_ops;
+
+/* Progress for a CLI's bars: called at most every interval while work is
+ * under way, and once (finished = 1) each time the session becomes idle. */
+typedef struct fetch_progress {
+    uint64_t bytes_done, bytes_total;     /* of the objects asked for */
+    uint64_t objects_done, objects_total;
+    double   rate;                        /* bytes/s, recent */
+    uint64_t retries;
+    int      finished;                    /* the last call */
+} fetch_progress;
+
+typedef void (*fetch_progress_fn)(const fetch_progress *p, void *ctx);
+/* One object finished: rc 0 (stored, or already cached), SHOAL_EBUSY
+ * (another writer has it), or its error.  item is borrowed for the call. */
+typedef void (*fetch_done_fn)(const fetch_item *item, int rc, void *ctx);
+
+typedef struct fetch_session fetch_session;
+
+/* A session fetches items of manifest m (borrowed: must outlive it) from u
+ * into c, using loop through ops.  Caller frees. */
+int fetch_session_new(fetch_upstream *u, cache *c, const manifest *m, const fetch_loop_ops *ops,
+                      void *loop, fetch_session **out, shoal_err *err);
+void fetch_session_free(fetch_session *s);
+
+void fetch_session_on_progress(fetch_session *s, fetch_progress_fn fn, void *ctx, long interval_ms);
+void fetch_session_on_done(fetch_session *s, fetch_done_fn fn, void *ctx);
+
+/* Queue items (copied).  Objects already cached finish at once. */
+int fetch_session_add(fetch_session *s, const fetch_item *items, size_t n, shoal_err *err);
+
+/* Loop callbacks. */
+void fetch_session_io(fetch_session *s, int fd, unsigned what);
+void fetch_session_timeout(fetch_session *s);
+
+/* 1 when nothing is queued, running or waiting. */
+int fetch_session_idle(const fetch_session *s);
+/* 0, or the first fatal error (too many failures, disk full, not found,
+ * refused credentials ...) with its message.  After a fatal error the
+ * session stops: running writes are paused (resumable), the queue dropped. */
+int fetch_session_status(const fetch_session *s, shoal_err *err);
+/* Stop now (Ctrl-C): pause the writers so a later run resumes, drop the
+ * queue.  The status becomes SHOAL_ECANCELED. */
+void fetch_session_stop(fetch_session *s);
+
+/* ---- the blocking loop ---------------------------------------------------------------- */
+
+typedef struct fetch_poll fetch_poll;
+
+/* A poll(2) loop implementing fetch_loop_ops, for tools and tests. */
+int fetch_poll_new(fetch_poll **out, shoal_err *err);
+void fetch_poll_free(fetch_poll *p);
+const fetch_loop_ops *fetch_poll_ops(void);
+/* Run s until it is idle, it fails, or *stop becomes non-zero (then the
+ * session is stopped).  Returns fetch_session_status(). */
+int fetch_poll_run(fetch_poll *p, fetch_session *s, volatile sig_atomic_t *stop, shoal_err *err);
+
+#endif

@@ -1,0 +1,73 @@
+/* fetch_int.h — the upstream shared by upstream.c (open, resolve, blocking
+ * reads), model.c (the manifest) and xfer.c (sessions).  Private to fetcher/.
+ */
+#ifndef SHOAL_FETCHER_FETCH_INT_H
+#define SHOAL_FETCHER_FETCH_INT_H
+
+#include <stdint.h>
+
+#include "fetcher/fetch.h"
+#include "fetcher/hub.h"
+
+#define UP_LOCAL_ENDPOINT "file://"
+
+/* What is known of one upstream file at the pinned commit. */
+typedef struct up_file {
+    char    *path;
+    int      ready;             /* hf holds a usable resolution */
+    hub_file hf;                /* etag, size, location (Hub) */
+    int64_t  expires_ms;        /* of hf.location; 0: unknown / never */
+} up_file;
+
+struct fetch_upstream {
+    fetch_options o;            /* strings below are owned copies */
+    char        *endpoint;      /* Hub endpoint, or UP_LOCAL_ENDPOINT */
+    char        *token_line;    /* "Authorization: Bearer ..." or NULL */
+    int          local;
+    char        *dir;           /* local: the directory (real path) */
+    hub_spec     spec;          /* Hub: repo and the revision asked for */
+    char         commit[HUB_REV_MAX];
+    hub_client  *hc;            /* Hub: blocking metadata calls */
+    cache       *c;             /* borrowed; may be NULL */
+    up_file    **files;         /* each allocated alone: pointers stay valid */
+    size_t       nfiles, cap_files;
+    fetch_stats  st;
+    uint64_t     rng;           /* xorshift64* state for jitter */
+};
+
+/* The record of path, created (unresolved) when absent; NULL when out of
+ * memory.  The pointer stays valid until fetch_upstream_free(). */
+up_file *up_file_get(fetch_upstream *u, const char *path);
+
+/* A usable resolution of path (Hub): the one in memory, else the cache
+ * index's while its location has not expired, else a HEAD (with retries).
+ * force: always HEAD (the CDN refused the location).  The result is kept
+ * in memory and in the cache index. */
+int up_resolve(fetch_upstream *u, const char *path, int force, up_file **out, shoal_err *err);
+
+/* Like up_resolve without any request: 0 when memory or the cache index
+ * holds a location that has not expired, else -1 (*out still set). */
+int up_cached(fetch_upstream *u, const char *path, up_file **out);
+
+/* Record a fresh resolution (from the blocking or the multi path). */
+void up_file_store(fetch_upstream *u, up_file *f, const hub_file *hf);
+
+/* Etag and size of path: a Hub resolve or a local stat.  SHOAL_ENOTFOUND
+ * names the file. */
+int up_stat(fetch_upstream *u, const char *path, char *etag, size_t cap, uint64_t *size,
+            shoal_err *err);
+
+/* len bytes at off of path into buf: strict range GETs with retries, or
+ * pread.  Errors typed. */
+int up_read(fetch_upstream *u, const char *path, uint64_t off, size_t len, void *buf,
+            shoal_err *err);
+
+/* Backoff before attempt `attempt` (1-based): base·2^(attempt-1) capped,
+ * plus up to 25% jitter; a server hint (seconds, >= 0) wins, capped by
+ * max_wait_s. */
+long up_backoff_ms(fetch_upstream *u, int attempt, long hint_s);
+
+/* Path of a file inside the local directory into out.  0 or ETOOBIG. */
+int up_local_path(const fetch_upstream *u, const char *path, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,585 @@
+/* upstream.c — opening an upstream, pinning it, resolving its files, and
+ * the blocking, retried reads the manifest builder uses.
+ *
+ * Owns: the Hub/directory split, the revision -> commit pin, the per-file
+ * resolution cache (memory, then the cache index until the CDN location
+ * expires, then a HEAD), backoff with jitter, and the local snapshot
+ * identity (etags from Hugging Face cache symlinks, else from file
+ * metadata).  Does not own the multi transfers (xfer.c) nor the manifest
+ * (model.c).
+ */
+#include "fetcher/fetch_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "common/log.h"
+#include "common/sys.h"
+#include "fetcher/http_int.h"
+
+/* Refresh a cached CDN location this long before it expires. */
+#define UP_EXPIRY_MARGIN_MS 60000
+#define UP_MAX_FORCED_RESOLVES 4
+
+/* Copy src into dst[cap]; -1 (dst empty) if it does not fit. */
+static int copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strlen(src);
+    if (n >= cap) {
+        dst[0] = '\0';
+        return -1;
+    }
+    memcpy(dst, src, n + 1);
+    return 0;
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s && s[0] ? strdup(s) : NULL;
+}
+
+up_file *up_file_get(fetch_upstream *u, const char *path)
+{
+    up_file *f;
+    for (size_t i = 0; i < u->nfiles; i++)
+        if (strcmp(u->files[i]->path, path) == 0)
+            return u->files[i];
+    if (u->nfiles == u->cap_files) {
+        size_t nc = u->cap_files ? u->cap_files * 2 : 16;
+        up_file **p = realloc(u->files, nc * sizeof *p);
+        if (!p)
+            return NULL;
+        u->files = p;
+        u->cap_files = nc;
+    }
+    f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(path))) {
+        free(f);
+        return NULL;
+    }
+    u->files[u->nfiles++] = f;
+    return f;
+}
+
+long up_backoff_ms(fetch_upstream *u, int attempt, long hint_s)
+{
+    long base = u->o.backoff_ms, cap = u->o.backoff_max_ms, ms;
+    uint64_t x;
+
+    /* xorshift64*: jitter so that parallel transfers do not retry in step. */
+    x = u->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    u->rng = x;
+    x *= 0x2545F4914F6CDD1Dull;
+    if (hint_s >= 0)   /* the server's word, plus up to 100 ms */
+        return (hint_s < u->o.max_wait_s ? hint_s : u->o.max_wait_s) * 1000 + (long)(x % 100);
+    ms = base;
+    for (int i = 1; i < attempt && ms < cap; i++)
+        ms *= 2;
+    if (ms > cap)
+        ms = cap;
+    return ms + (long)(x % (uint64_t)(ms / 4 + 1));
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static int transient(int rc)
+{
+    return rc == SHOAL_EBUSY || rc == SHOAL_ENET || rc == SHOAL_ETIMEOUT;
+}
+
+void up_file_store(fetch_upstream *u, up_file *f, const hub_file *hf)
+{
+    cache_file cf;
+    shoal_err e;
+
+    f->hf = *hf;
+    f->ready = 1;
+    f->expires_ms = hf->is_lfs ? http_url_expiry_ms(hf->location) : 0;
+    if (!u->c || u->local)
+        return;
+    memset(&cf, 0, sizeof cf);
+    snprintf(cf.endpoint, sizeof cf.endpoint, "%s", u->endpoint);
+    snprintf(cf.repo, sizeof cf.repo, "%s", u->spec.repo);
+    snprintf(cf.commit, sizeof cf.commit, "%s", u->commit);
+    snprintf(cf.path, sizeof cf.path, "%s", f->path);
+    snprintf(cf.etag, sizeof cf.etag, "%s", hf->etag);
+    cf.size = hf->size;
+    if (strlen(hf->location) < sizeof cf.location)
+        memcpy(cf.location, hf->location, strlen(hf->location) + 1);
+    cf.location_expires_ms = f->expires_ms;
+    if (cache_file_put(u->c, &cf, &e) != 0)
+        LOG_WARN("fetch", "recording the resolution of %s: %s", f->path, e.msg);
+}
+
+/* The cache index's record, if its location is still good. */
+static int resolve_from_cache(fetch_upstream *u, up_file *f)
+{
+    cache_file cf;
+    hub_file hf;
+
+    if (!u->c || cache_file_get(u->c, u->endpoint, u->spec.repo, u->commit, f->path, &cf, NULL))
+        return -1;
+    if (!cf.location[0] || (cf.location_expires_ms != 0
+                            && cf.location_expires_ms < shoal_wall_ms() + UP_EXPIRY_MARGIN_MS))
+        return -1;
+    memset(&hf, 0, sizeof hf);
+    if (copy_str(hf.commit, sizeof hf.commit, u->commit)
+        || copy_str(hf.etag, sizeof hf.etag, cf.etag))
+        return -1;
+    snprintf(hf.location, sizeof hf.location, "%s", cf.location);
+    hf.size = cf.size;
+    hf.is_lfs = !hub_url_same_origin(cf.location, u->endpoint);
+    f->hf = hf;
+    f->ready = 1;
+    f->expires_ms = cf.location_expires_ms;
+    return 0;
+}
+
+/* HEAD path at `revision` with retries. */
+static int resolve_head(fetch_upstream *u, const char *revision, const char *path, hub_file *hf,
+                        shoal_err *err)
+{
+    hub_spec sp = u->spec;
+    int rc = 0;
+
+    snprintf(sp.revision, sizeof sp.revision, "%s", revision);
+    for (int attempt = 1;; attempt++) {
+        u->st.requests++;
+        u->st.resolves++;
+        rc = hub_file_resolve(u->hc, &sp, path, hf, err);
+        if (rc == 0 || !transient(rc) || attempt >= u->o.max_attempts)
+            break;
+        u->st.retries++;
+        LOG_INFO("fetch", "resolve %s: %s; retrying", path, err ? err->msg : shoal_strerror(rc));
+        sleep_ms(up_backoff_ms(u, attempt, hub_client_retry_after(u->hc)));
+    }
+    if (rc && transient(rc))
+        shoal_err_wrap(err, rc, "giving up after %d attempts (too many failures)",
+                       u->o.max_attempts);
+    return rc;
+}
+
+int up_cached(fetch_upstream *u, const char *path, up_file **out)
+{
+    up_file *f = up_file_get(u, path);
+    *out = f;
+    if (!f)
+        return -1;
+    if (f->ready)
+        return 0;
+    return !f->ready && resolve_from_cache(u, f) == 0 ? 0 : -1;
+}
+
+int up_resolve(fetch_upstream *u, const char *path, int force, up_file **out, shoal_err *err)
+{
+    up_file *f = up_file_get(u, path);
+    hub_file hf;
+    int rc;
+
+    if (!f)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    *out = f;
+    /* In memory a location is used until the CDN refuses it (403): a
+     * margin would re-resolve every request when URLs live shorter than
+     * it.  The index's copy gets the margin: it may be hours old. */
+    if (!force && f->ready)
+        return 0;
+    if (!force && !f->ready && resolve_from_cache(u, f) == 0)
+        return 0;
+    rc = resolve_head(u, u->commit, path, &hf, err);
+    if (rc)
+        return rc;
+    if (strcmp(hf.commit, u->commit) != 0)
+        return shoal_err_set(err, SHOAL_EPROTO, "%s: resolved at commit %s to commit %s",
+                             path, u->commit, hf.commit);
+    if (f->ready && (strcmp(f->hf.etag, hf.etag) != 0 || f->hf.size != hf.size))
+        return shoal_err_set(err, SHOAL_EPROTO, "%s changed under the pinned commit %s "
+                             "(etag %s -> %s)", path, u->commit, f->hf.etag, hf.etag);
+    up_file_store(u, f, &hf);
+    return 0;
+}
+
+int up_local_path(const fetch_upstream *u, const char *path, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s/%s", u->dir, path);
+    return n < 0 || (size_t)n >= cap ? SHOAL_ETOOBIG : 0;
+}
+
+static int is_hex(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return 1;
+}
+
+/* A local file's etag: the blob name a Hugging Face cache symlink points
+ * to (sha256 or git sha1, the Hub's own etag), else a hash of where the
+ * file is and its size, mtime and inode (hashing the content of a 1.6 TB
+ * snapshot is not an option; a rewritten file gets a new etag). */
+static int local_stat(fetch_upstream *u, const char *path, char *etag, size_t cap, uint64_t *size,
+                      shoal_err *err)
+{
+    char full[PATH_MAX], link[PATH_MAX], rp[PATH_MAX];
+    struct stat st, lst;
+    ssize_t ln;
+
+    if (up_local_path(u, path, full, sizeof full))
+        return shoal_err_set(err, SHOAL_ETOOBIG, "path too long: %s", path);
+    if (stat(full, &st) != 0)
+        return shoal_err_set(err, errno == ENOENT ? SHOAL_ENOTFOUND : SHOAL_EIO,
+                             "file '%s' not found in the snapshot directory %s: %s", path, u->dir,
+                             strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s is not a regular file", full);
+    *size = (uint64_t)st.st_size;
+    if (lstat(full, &lst) == 0 && S_ISLNK(lst.st_mode)
+        && (ln = readlink(full, link, sizeof link - 1)) > 0) {
+        const char *base;
+        size_t bl;
+        link[ln] = '\0';
+        base = strrchr(link, '/');
+        base = base ? base + 1 : link;
+        bl = strlen(base);
+        if ((bl == 64 || bl == 40) && is_hex(base, bl) && bl < cap) {
+            memcpy(etag, base, bl + 1);
+            return 0;
+        }
+    }
+    if (!realpath(full, rp))
+        snprintf(rp, sizeof rp, "%s", full);
+    {
+        char buf[PATH_MAX + 96];
+        int n = snprintf(buf, sizeof buf, "%s|%" PRIu64 "|%lld.%09ld|%llu", rp, *size,
+                         (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+                         (unsigned long long)st.st_ino);
+        XXH128_hash_t h = XXH3_128bits(buf, (size_t)(n > 0 ? n : 0));
+        snprintf(etag, cap, "local-%016llx%016llx", (unsigned long long)h.high64,
+                 (unsigned long long)h.low64);
+    }
+    return 0;
+}
+
+int up_stat(fetch_upstream *u, const char *path, char *etag, size_t cap, uint64_t *size,
+            shoal_err *err)
+{
+    up_file *f;
+    int rc;
+    if (u->local)
+        return local_stat(u, path, etag, cap, size, err);
+    rc = up_resolve(u, path, 0, &f, err);
+    if (rc)
+        return rc;
+    if (strlen(f->hf.etag) >= cap)
+        return shoal_err_set(err, SHOAL_ETOOBIG, "%s: etag too long", path);
+    memcpy(etag, f->hf.etag, strlen(f->hf.etag) + 1);
+    *size = f->hf.size;
+    return 0;
+}
+
+static int local_read(fetch_upstream *u, const char *path, uint64_t off, size_t len, void *buf,
+                      shoal_err *err)
+{
+    char full[PATH_MAX];
+    int fd, rc;
+    if (up_local_path(u, path, full, sizeof full))
+        return shoal_err_set(err, SHOAL_ETOOBIG, "path too long: %s", path);
+    fd = open(full, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return shoal_err_set(err, SHOAL_ENOTFOUND, "open %s: %s", full, strerror(errno));
+    rc = shoal_pread_all(fd, buf, len, (off_t)off);
+    close(fd);
+    if (rc)
+        return shoal_err_set(err, rc, "read %zu bytes at %" PRIu64 " of %s: %s", len, off, full,
+                             rc == SHOAL_ERANGE ? "file too short" : strerror(errno));
+    return 0;
+}
+
+int up_read(fetch_upstream *u, const char *path, uint64_t off, size_t len, void *buf,
+            shoal_err *err)
+{
+    up_file *f;
+    int rc, forced = 0;
+
+    if (len == 0)
+        return 0;
+    if (u->local)
+        return local_read(u, path, off, len, buf, err);
+    rc = up_resolve(u, path, 0, &f, err);
+    if (rc)
+        return rc;
+    for (int attempt = 1;; attempt++) {
+        u->st.requests++;
+        rc = hub_range_read(u->hc, &f->hf, off, off + len - 1, buf, err);
+        if (rc == 0)
+            return 0;
+        if (rc == SHOAL_EAUTH && f->hf.is_lfs && hub_client_last_status(u->hc) == 403
+            && forced++ < UP_MAX_FORCED_RESOLVES) {
+            LOG_INFO("fetch", "%s: the CDN refused the location; resolving again", path);
+            rc = up_resolve(u, path, 1, &f, err);
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (!(transient(rc) || rc == SHOAL_EPROTO))
+            break;
+        if (attempt >= u->o.max_attempts) {
+            shoal_err_wrap(err, rc, "giving up after %d attempts (too many failures)", attempt);
+            break;
+        }
+        if (rc == SHOAL_EPROTO)
+            u->st.refused++;
+        u->st.retries++;
+        LOG_INFO("fetch", "read %s: %s; retrying", path, err ? err->msg : shoal_strerror(rc));
+        sleep_ms(up_backoff_ms(u, attempt, hub_client_retry_after(u->hc)));
+    }
+    return rc;
+}
+
+/* ---- open -------------------------------------------------------------------- */
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A directory's identity: a hash over its regular files' names, sizes and
+ * mtimes (a snapshot under .../snapshots/<commit> is named by it). */
+static int local_commit(fetch_upstream *u, shoal_err *err)
+{
+    DIR *d = opendir(u->dir);
+    struct dirent *de;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    XXH3_state_t *h;
+    const char *base = strrchr(u->dir, '/');
+    char parent[PATH_MAX];
+    int rc = 0;
+
+    base = base ? base + 1 : u->dir;
+    snprintf(parent, sizeof parent, "%.*s", (int)(base - u->dir), u->dir);
+    if (strlen(base) == 40 && is_hex(base, 40) && strstr(parent, "/snapshots/")) {
+        snprintf(u->commit, sizeof u->commit, "%s", base);
+        if (d)
+            closedir(d);
+        return 0;
+    }
+    if (!d)
+        return shoal_err_set(err, SHOAL_ENOTFOUND, "open %s: %s", u->dir, strerror(errno));
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        if (n == cap) {
+            char **p = realloc(names, (cap = cap ? cap * 2 : 64) * sizeof *p);
+            if (!p) {
+                rc = SHOAL_ENOMEM;
+                break;
+            }
+            names = p;
+        }
+        if (!(names[n] = strdup(de->d_name))) {
+            rc = SHOAL_ENOMEM;
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    h = XXH3_createState();
+    if (rc == 0 && h) {
+        qsort(names, n, sizeof *names, name_cmp);
+        XXH3_128bits_reset(h);
+        for (size_t i = 0; i < n; i++) {
+            char full[PATH_MAX], line[PATH_MAX + 64];
+            struct stat st;
+            int len;
+            if (up_local_path(u, names[i], full, sizeof full) || stat(full, &st) != 0
+                || !S_ISREG(st.st_mode))
+                continue;
+            len = snprintf(line, sizeof line, "%s%c%lld%c%lld.%09ld\n", names[i], 0,
+                           (long long)st.st_size, 0, (long long)st.st_mtim.tv_sec,
+                           st.st_mtim.tv_nsec);
+            XXH3_128bits_update(h, line, (size_t)len);
+        }
+        {
+            XXH128_hash_t v = XXH3_128bits_digest(h);
+            snprintf(u->commit, sizeof u->commit, "local-%016llx%016llx",
+                     (unsigned long long)v.high64, (unsigned long long)v.low64);
+        }
+    } else if (rc == 0) {
+        rc = SHOAL_ENOMEM;
+    }
+    XXH3_freeState(h);
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return rc ? shoal_err_set(err, rc, "listing %s: out of memory", u->dir) : 0;
+}
+
+static int open_local(fetch_upstream *u, const char *spec, shoal_err *err)
+{
+    char rp[PATH_MAX];
+    struct stat st;
+    if (strncmp(spec, "file://", 7) == 0)
+        spec += 7;
+    if (!realpath(spec, rp) || stat(rp, &st) != 0 || !S_ISDIR(st.st_mode))
+        return shoal_err_set(err, SHOAL_ENOTFOUND,
+                             "'%s' is neither hf://org/name[@revision] nor a directory", spec);
+    u->local = 1;
+    u->dir = strdup(rp);
+    u->endpoint = strdup(UP_LOCAL_ENDPOINT);
+    if (!u->dir || !u->endpoint)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    if (copy_str(u->spec.repo, sizeof u->spec.repo, rp))
+        return shoal_err_set(err, SHOAL_ETOOBIG, "directory path too long: %s", rp);
+    snprintf(u->spec.revision, sizeof u->spec.revision, "local");
+    return local_commit(u, err);
+}
+
+static int open_hub(fetch_upstream *u, shoal_err *err)
+{
+    hub_options ho = { u->endpoint, u->o.token, u->o.connect_timeout_ms, u->o.stall_secs };
+    hub_file hf;
+    up_file *f;
+    int rc = hub_spec_parse(u->o.model, &u->spec, err);
+
+    rc = rc ? rc : hub_client_new(&ho, &u->hc, err);
+    if (rc)
+        return rc;
+    if (http_is_commit(u->spec.revision)) {
+        snprintf(u->commit, sizeof u->commit, "%s", u->spec.revision);
+        return 0;
+    }
+    /* The pin: config.json at the revision names the commit every later
+     * request uses. */
+    rc = resolve_head(u, u->spec.revision, "config.json", &hf, err);
+    if (rc)
+        return rc;
+    snprintf(u->commit, sizeof u->commit, "%s", hf.commit);
+    f = up_file_get(u, "config.json");
+    if (!f)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    up_file_store(u, f, &hf);
+    return 0;
+}
+
+int fetch_upstream_open(const fetch_options *o, cache *c, fetch_upstream **out, shoal_err *err)
+{
+    fetch_upstream *u = calloc(1, sizeof *u);
+    int rc;
+
+    *out = NULL;
+    if (!u)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    u->o = *o;
+    u->c = c;
+    if (u->o.parallel <= 0)
+        u->o.parallel = FETCH_DEFAULT_PARALLEL;
+    if (u->o.coalesce_bytes == 0)
+        u->o.coalesce_bytes = FETCH_DEFAULT_COALESCE;
+    if (u->o.max_attempts <= 0)
+        u->o.max_attempts = FETCH_DEFAULT_ATTEMPTS;
+    if (u->o.stall_secs <= 0)
+        u->o.stall_secs = 30;
+    if (u->o.connect_timeout_ms <= 0)
+        u->o.connect_timeout_ms = 10000;
+    if (u->o.backoff_ms <= 0)
+        u->o.backoff_ms = 1000;
+    if (u->o.backoff_max_ms <= 0)
+        u->o.backoff_max_ms = 8000;
+    if (u->o.max_wait_s <= 0)
+        u->o.max_wait_s = 60;
+    u->rng = o->seed ? o->seed : (shoal_now_ns() | 1);
+    u->o.model = NULL;
+    u->o.endpoint = NULL;
+    u->o.token = dup_or_null(o->token);
+    if (o->token && o->token[0]) {
+        size_t n = strlen(o->token) + 32;
+        u->token_line = malloc(n);
+        if (u->token_line)
+            snprintf(u->token_line, n, "Authorization: Bearer %s", o->token);
+    }
+    u->o.model = o->model ? strdup(o->model) : NULL;
+    if (!u->o.model || (o->token && o->token[0] && (!u->o.token || !u->token_line))) {
+        fetch_upstream_free(u);
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    }
+    if (strncmp(o->model, "hf://", 5) == 0) {
+        u->endpoint = strdup(o->endpoint && o->endpoint[0] ? o->endpoint : HUB_DEFAULT_ENDPOINT);
+        while (u->endpoint && strlen(u->endpoint) > 1 && u->endpoint[strlen(u->endpoint) - 1] == '/')
+            u->endpoint[strlen(u->endpoint) - 1] = '\0';
+        rc = u->endpoint ? open_hub(u, err) : shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    } else {
+        rc = open_local(u, o->model, err);
+    }
+    if (rc == 0 && c) {
+        int64_t id;
+        shoal_err e;
+        if (cache_model_put(c, u->endpoint, u->spec.repo, u->spec.revision, u->commit, &id, &e))
+            LOG_WARN("fetch", "recording the model: %s", e.msg);
+    }
+    if (rc) {
+        fetch_upstream_free(u);
+        return rc;
+    }
+    LOG_INFO("fetch", "%s pinned to commit %s", o->model, u->commit);
+    *out = u;
+    return 0;
+}
+
+void fetch_upstream_free(fetch_upstream *u)
+{
+    if (!u)
+        return;
+    hub_client_free(u->hc);
+    for (size_t i = 0; i < u->nfiles; i++) {
+        free(u->files[i]->path);
+        free(u->files[i]);
+    }
+    free(u->files);
+    if (u->token_line) {
+        memset(u->token_line, 0, strlen(u->token_line));
+        free(u->token_line);
+    }
+    if (u->o.token) {
+        memset((char *)u->o.token, 0, strlen(u->o.token));
+        free((char *)u->o.token);
+    }
+    free((char *)u->o.model);
+    free(u->endpoint);
+    free(u->dir);
+    free(u);
+}
+
+const char *fetch_upstream_commit(const fetch_upstream *u)
+{
+    return u->commit;
+}
+
+int fetch_upstream_is_local(const fetch_upstream *u)
+{
+    return u->local;
+}
+
+void fetch_upstream_stats(const fetch_upstream *u, fetch_stats *out)
+{
+    *out = u->st;
+}

@@ -1,0 +1,263 @@
+/* test_fetch_loop.c — fetch sessions driven by libevent through
+ * fetch_loop_ops (as the daemon will), against a real hubmock with faults
+ * (429s, resets, expiring CDN URLs): every expert and spine tensor of
+ * tiny-k3 ends up in the cache byte-identical to the shards.  Starts
+ * bin/mkmodel and bin/hubmock ($BIN, default bin/) as child processes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <event2/event.h>
+
+#include "common/sys.h"
+#include "fetcher/fetch.h"
+
+#define MAX_FD 4096
+
+typedef struct evloop {
+    struct event_base *base;
+    struct event      *ev[MAX_FD];
+    struct event      *timer;
+    fetch_session     *s;
+    int                watches, timers;
+} evloop;
+
+static void check_done(evloop *l)
+{
+    if (fetch_session_idle(l->s) || fetch_session_status(l->s, NULL) != 0)
+        event_base_loopbreak(l->base);
+}
+
+static void on_fd(evutil_socket_t fd, short what, void *arg)
+{
+    evloop *l = arg;
+    fetch_session_io(l->s, (int)fd, ((what & EV_READ) ? FETCH_WATCH_IN : 0)
+                                    | ((what & EV_WRITE) ? FETCH_WATCH_OUT : 0));
+    check_done(l);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    evloop *l = arg;
+    (void)fd;
+    (void)what;
+    fetch_session_timeout(l->s);
+    check_done(l);
+}
+
+static int ev_watch(void *loop, int fd, unsigned what)
+{
+    evloop *l = loop;
+    if (fd < 0 || fd >= MAX_FD)
+        return SHOAL_EINVAL;
+    if (l->ev[fd]) {
+        event_free(l->ev[fd]);
+        l->ev[fd] = NULL;
+    }
+    if (what == FETCH_WATCH_NONE)
+        return 0;
+    l->ev[fd] = event_new(l->base, fd, (short)(EV_PERSIST | ((what & FETCH_WATCH_IN) ? EV_READ : 0)
+                                               | ((what & FETCH_WATCH_OUT) ? EV_WRITE : 0)),
+                          on_fd, l);
+    l->watches++;
+    return l->ev[fd] && event_add(l->ev[fd], NULL) == 0 ? 0 : SHOAL_ENOMEM;
+}
+
+static void ev_timer(void *loop, long ms)
+{
+    evloop *l = loop;
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+    evtimer_del(l->timer);
+    if (ms >= 0) {
+        evtimer_add(l->timer, &tv);
+        l->timers++;
+    }
+}
+
+static const fetch_loop_ops ev_ops = { ev_watch, ev_timer };
+
+static char g_dir[256];
+static pid_t g_hub = -1;
+static char g_endpoint[128];
+
+static const char *bin_dir(void)
+{
+    const char *b = getenv("BIN");
+    return b && b[0] ? b : "bin";
+}
+
+static int setup(void **state)
+{
+    char cmd[1024], line[512];
+    int pfd[2];
+    FILE *f;
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/shoal-fetchloop.XXXXXX");
+    if (!mkdtemp(g_dir))
+        return -1;
+    snprintf(cmd, sizeof cmd, "%s/mkmodel --quiet --out %s/model", bin_dir(), g_dir);
+    if (system(cmd) != 0)
+        return -1;
+    if (pipe(pfd) != 0)
+        return -1;
+    g_hub = fork();
+    if (g_hub == 0) {
+        char exe[512], repo[512];
+        dup2(pfd[1], 1);
+        close(pfd[0]);
+        snprintf(exe, sizeof exe, "%s/hubmock", bin_dir());
+        snprintf(repo, sizeof repo, "org/m=%s/model", g_dir);
+        execl(exe, exe, "--repo", repo, "--rate-429", "0.1", "--retry-after", "0", "--rate-reset",
+              "0.1", "--cdn-ttl", "1", "--seed", "11", (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    f = fdopen(pfd[0], "r");
+    if (!f || !fgets(line, sizeof line, f) || sscanf(line, "hub %127s", g_endpoint) != 1)
+        return -1;
+    fclose(f);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    char cmd[512];
+    (void)state;
+    if (g_hub > 0) {
+        kill(g_hub, SIGTERM);
+        waitpid(g_hub, NULL, 0);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static int same_bytes(cache *c, const manifest *m, const fetch_item *it)
+{
+    cache_key key = { m->files[it->file].etag, it->offset, it->length };
+    cache_obj o;
+    char path[512];
+    uint8_t *a = malloc(it->length), *b = malloc(it->length);
+    int fd, ok = 0;
+    snprintf(path, sizeof path, "%s/model/%s", g_dir, m->files[it->file].path);
+    fd = open(path, O_RDONLY);
+    if (a && b && fd >= 0 && cache_lookup(c, &key, NULL, &o, NULL) == 0) {
+        ok = o.length == it->length && shoal_pread_all(o.fd, a, it->length, 0) == 0
+             && shoal_pread_all(fd, b, it->length, (off_t)it->offset) == 0
+             && memcmp(a, b, it->length) == 0;
+        close(o.fd);
+    }
+    if (fd >= 0)
+        close(fd);
+    free(a);
+    free(b);
+    return ok;
+}
+
+static void count_done(const fetch_item *it, int rc, void *ctx)
+{
+    (void)it;
+    assert_true(rc == 0 || rc == SHOAL_EBUSY);
+    (*(int *)ctx)++;
+}
+
+static void test_libevent_session(void **state)
+{
+    char home[300];
+    cache_config cc;
+    cache *c = NULL;
+    fetch_options fo;
+    fetch_upstream *u = NULL;
+    manifest *m = NULL;
+    fetch_selection sel = { 1, 1, 1, -1, -1, NULL, 0 };
+    fetch_item *items = NULL;
+    size_t n = 0;
+    fetch_stats st;
+    evloop l;
+    shoal_err err;
+    (void)state;
+
+    snprintf(home, sizeof home, "%s/home", g_dir);
+    cache_config_default(&cc);
+    cc.no_fsync = 1;
+    assert_int_equal(cache_open(home, &cc, &c, NULL, &err), 0);
+    memset(&fo, 0, sizeof fo);
+    fo.model = "hf://org/m";
+    fo.endpoint = g_endpoint;
+    fo.coalesce_bytes = 128 * 1024;
+    fo.backoff_ms = 20;
+    fo.max_attempts = 20;   /* 8 failures in a row at these fault rates is rare, not impossible */
+    fo.seed = 5;
+    assert_int_equal(fetch_upstream_open(&fo, c, &u, &err), 0);
+    assert_int_equal(fetch_manifest_get(u, c, &m, NULL, &err), 0);
+    assert_int_equal(m->nexperts, 448);
+    assert_int_equal(fetch_select(m, &sel, &items, &n, &err), 0);
+    assert_true(n > 600);
+
+    memset(&l, 0, sizeof l);
+    l.base = event_base_new();
+    assert_non_null(l.base);
+    l.timer = evtimer_new(l.base, on_timer, &l);
+    assert_int_equal(fetch_session_new(u, c, m, &ev_ops, &l, &l.s, &err), 0);
+    assert_int_equal(fetch_session_add(l.s, items, n, &err), 0);
+    if (!fetch_session_idle(l.s))
+        assert_int_equal(event_base_dispatch(l.base), 0);
+    assert_int_equal(fetch_session_status(l.s, &err), 0);
+    assert_true(fetch_session_idle(l.s));
+    assert_true(l.watches > 0 && l.timers > 0);   /* the loop really drove it */
+    fetch_upstream_stats(u, &st);
+    assert_int_equal(st.objects_fetched, n);
+    assert_true(st.retries > 0);                  /* the faults happened */
+    for (size_t i = 0; i < n; i++)
+        assert_true(same_bytes(c, m, &items[i]));
+
+    fetch_session_free(l.s);
+
+    /* Asked twice over in a new session on an empty cache: the second copy
+     * of each object finds it in flight or stored; nothing fails, each is
+     * reported done, and the bytes are right. */
+    {
+        int done = 0;
+        cache *c2 = NULL;
+        snprintf(home, sizeof home, "%s/home2", g_dir);
+        assert_int_equal(cache_open(home, &cc, &c2, NULL, &err), 0);
+        l.s = NULL;
+        assert_int_equal(fetch_session_new(u, c2, m, &ev_ops, &l, &l.s, &err), 0);
+        fetch_session_on_done(l.s, count_done, &done);
+        assert_int_equal(fetch_session_add(l.s, items, n, &err), 0);
+        assert_int_equal(fetch_session_add(l.s, items, n, &err), 0);
+        if (!fetch_session_idle(l.s))
+            assert_int_equal(event_base_dispatch(l.base), 0);
+        assert_int_equal(fetch_session_status(l.s, &err), 0);
+        assert_int_equal(done, (int)(2 * n));
+        for (size_t i = 0; i < n; i++)
+            assert_true(same_bytes(c2, m, &items[i]));
+        fetch_session_free(l.s);
+        cache_close(c2);
+    }
+    for (int i = 0; i < MAX_FD; i++)
+        if (l.ev[i])
+            event_free(l.ev[i]);
+    event_free(l.timer);
+    event_base_free(l.base);
+    free(items);
+    manifest_free(m);
+    fetch_upstream_free(u);
+    cache_close(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_libevent_session),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
