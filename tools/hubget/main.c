@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/hfenv.h"
 #include "common/log.h"
 #include "common/path.h"
 #include "common/sys.h"
@@ -41,62 +42,6 @@ static void usage(FILE *out)
 "The token comes from HF_TOKEN, HUGGING_FACE_HUB_TOKEN, or the file\n"
 "$HF_TOKEN_PATH (default $HF_HOME/token, ~/.cache/huggingface/token).  It is\n"
 "sent only to the endpoint's host, never to the CDN a file redirects to.\n");
-}
-
-/* The token as huggingface_hub finds it (specs/hf-hub.md §2), or NULL.
- * Caller frees. */
-static char *token_find(void)
-{
-    const char *v = getenv("HF_HUB_DISABLE_IMPLICIT_TOKEN");
-    const char *names[] = { "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN" };
-    char path[SHOAL_PATH_MAX];
-    shoal_buf b;
-    char *tok = NULL;
-
-    if (v && (strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0))
-        return NULL;
-    for (size_t i = 0; i < 2; i++) {
-        v = getenv(names[i]);
-        if (v && v[0]) {
-            shoal_buf_init(&b, 0);
-            shoal_buf_append_str(&b, v);
-            goto strip;
-        }
-    }
-    if ((v = getenv("HF_TOKEN_PATH")) && v[0]) {
-        snprintf(path, sizeof path, "%s", v);
-    } else if ((v = getenv("HF_HOME")) && v[0]) {
-        snprintf(path, sizeof path, "%s/token", v);
-    } else if ((v = getenv("XDG_CACHE_HOME")) && v[0]) {
-        snprintf(path, sizeof path, "%s/huggingface/token", v);
-    } else if ((v = getenv("HOME")) && v[0]) {
-        snprintf(path, sizeof path, "%s/.cache/huggingface/token", v);
-    } else {
-        return NULL;
-    }
-    shoal_buf_init(&b, 0);
-    if (shoal_read_file(path, 64 * 1024, &b, NULL) != 0) {
-        shoal_buf_free(&b);
-        return NULL;
-    }
-strip:
-    if (b.len == 0) {
-        shoal_buf_free(&b);
-        return NULL;
-    }
-    {
-        size_t s = 0, e = b.len;
-        while (s < e && isspace(b.data[s]))
-            s++;
-        while (e > s && isspace(b.data[e - 1]))
-            e--;
-        if (e > s && (tok = malloc(e - s + 1)) != NULL) {
-            memcpy(tok, b.data + s, e - s);
-            tok[e - s] = '\0';
-        }
-    }
-    shoal_buf_free(&b);
-    return tok;
 }
 
 static int parse_range(const char *s, uint64_t *a, uint64_t *b, int *open_end)
@@ -128,6 +73,7 @@ int main(int argc, char **argv)
     int info = 0, no_token = 0, open_end = 0, fd = 1, rc = 1;
     long stall = 0;
     uint64_t a = 0, b = 0;
+    shoal_hf_env hfe;
     char *token = NULL, tmp[SHOAL_PATH_MAX] = "";
     hub_spec spec;
     hub_options opt;
@@ -186,9 +132,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "hubget: --range wants A-B or A- with A <= B, got '%s'\n", range);
         return 2;
     }
+    shoal_hf_env_capture(&hfe);
     if (!endpoint)
-        endpoint = getenv("HF_ENDPOINT");
-    token = no_token ? NULL : token_find();
+        endpoint = hfe.endpoint;
+    token = no_token ? NULL : shoal_hf_token(&hfe);
     memset(&opt, 0, sizeof opt);
     opt.endpoint = endpoint && endpoint[0] ? endpoint : HUB_DEFAULT_ENDPOINT;
     opt.token = token;

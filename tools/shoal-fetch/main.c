@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/hfenv.h"
 #include "cache/cache.h"
 #include "common/log.h"
 #include "common/manifest.h"
@@ -67,62 +68,6 @@ static void usage(FILE *out)
 "(default $HF_HOME/token, ~/.cache/huggingface/token); it goes to the\n"
 "endpoint's host only.  Ctrl-C pauses: a rerun continues where it stopped.\n"
 "Exit status: 0 done, 1 failed, 2 bad usage, 130 interrupted.\n");
-}
-
-/* The token as huggingface_hub finds it (specs/hf-hub.md §2), or NULL.
- * Caller frees. */
-static char *token_find(void)
-{
-    const char *v = getenv("HF_HUB_DISABLE_IMPLICIT_TOKEN");
-    const char *names[] = { "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN" };
-    char path[SHOAL_PATH_MAX];
-    shoal_buf b;
-    char *tok = NULL;
-
-    if (v && (strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0))
-        return NULL;
-    for (size_t i = 0; i < 2; i++) {
-        v = getenv(names[i]);
-        if (v && v[0]) {
-            shoal_buf_init(&b, 0);
-            shoal_buf_append_str(&b, v);
-            goto strip;
-        }
-    }
-    if ((v = getenv("HF_TOKEN_PATH")) && v[0]) {
-        snprintf(path, sizeof path, "%s", v);
-    } else if ((v = getenv("HF_HOME")) && v[0]) {
-        snprintf(path, sizeof path, "%s/token", v);
-    } else if ((v = getenv("XDG_CACHE_HOME")) && v[0]) {
-        snprintf(path, sizeof path, "%s/huggingface/token", v);
-    } else if ((v = getenv("HOME")) && v[0]) {
-        snprintf(path, sizeof path, "%s/.cache/huggingface/token", v);
-    } else {
-        return NULL;
-    }
-    shoal_buf_init(&b, 0);
-    if (shoal_read_file(path, 64 * 1024, &b, NULL) != 0) {
-        shoal_buf_free(&b);
-        return NULL;
-    }
-strip:
-    if (b.len == 0) {
-        shoal_buf_free(&b);
-        return NULL;
-    }
-    {
-        size_t s = 0, e = b.len;
-        while (s < e && isspace(b.data[s]))
-            s++;
-        while (e > s && isspace(b.data[e - 1]))
-            e--;
-        if (e > s && (tok = malloc(e - s + 1)) != NULL) {
-            memcpy(tok, b.data + s, e - s);
-            tok[e - s] = '\0';
-        }
-    }
-    shoal_buf_free(&b);
-    return tok;
 }
 
 static int parse_experts(const char *s, fetch_selection *sel, int32_t **pairs)
@@ -400,6 +345,7 @@ int main(int argc, char **argv)
     fetch_selection sel = { 0, 0, 0, -1, -1, NULL, 0 };
     int32_t *pairs = NULL;
     char home[SHOAL_PATH_MAX], *token = NULL;
+    shoal_hf_env hfe;
     shoal_env env;
     cache_config cc;
     cache *c = NULL;
@@ -434,6 +380,7 @@ int main(int argc, char **argv)
     sel.spine = a.spine;
     sel.small = a.small;
     shoal_env_capture(&env);
+    shoal_hf_env_capture(&hfe);
     if (shoal_home_resolve(&env, a.home_flag, home, sizeof home, &err)
         || shoal_mkdir_p(home, 0700, &err)) {
         fprintf(stderr, "shoal-fetch: %s\n", err.msg);
@@ -441,8 +388,8 @@ int main(int argc, char **argv)
         return 2;
     }
     fo.model = a.model;
-    fo.endpoint = getenv("HF_ENDPOINT");
-    token = a.no_token ? NULL : token_find();
+    fo.endpoint = hfe.endpoint;
+    token = a.no_token ? NULL : shoal_hf_token(&hfe);
     fo.token = token;
     cache_config_default(&cc);
     cc.no_fsync = a.no_fsync;

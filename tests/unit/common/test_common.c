@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/hfenv.h"
 #include "common/err.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -281,6 +282,36 @@ static void test_files(void **state)
     unlink(path);
 }
 
+static void test_hf_token(void **state)
+{
+    char dir[] = "/tmp/shoal-hf-XXXXXX", path[64];
+    shoal_hf_env env = { 0 };
+    char *t;
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    assert_null(shoal_hf_token(&env));                 /* nothing to go on */
+    env.home = dir;
+    assert_null(shoal_hf_token(&env));                 /* no token file */
+    snprintf(path, sizeof path, "%s/token", dir);
+    assert_int_equal(shoal_write_file_atomic(path, "  hf_file\r\n", 11, NULL), 0);
+    env.hf_home = dir;                                 /* $HF_HOME/token, trimmed */
+    t = shoal_hf_token(&env);
+    assert_string_equal(t, "hf_file");
+    free(t);
+    env.hub_token = "hf_hub ";                         /* the variables win */
+    t = shoal_hf_token(&env);
+    assert_string_equal(t, "hf_hub");
+    free(t);
+    env.token = "hf_first";
+    t = shoal_hf_token(&env);
+    assert_string_equal(t, "hf_first");
+    free(t);
+    env.disable_implicit = "1";
+    assert_null(shoal_hf_token(&env));
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -294,6 +325,7 @@ int main(void)
         cmocka_unit_test(test_size_parse_format),
         cmocka_unit_test(test_log_to_file),
         cmocka_unit_test(test_files),
+        cmocka_unit_test(test_hf_token),
     };
     return cmocka_run_group_tests_name("common", tests, NULL, NULL);
 }

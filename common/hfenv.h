@@ -1,0 +1,32 @@
+/* hfenv.h — where the Hugging Face settings come from: the endpoint and the
+ * token, found the way huggingface_hub finds them (specs/hf-hub.md §2).
+ *
+ * Owns: the lookup order HF_TOKEN, HUGGING_FACE_HUB_TOKEN, then the file
+ * $HF_TOKEN_PATH, else $HF_HOME/token, else $XDG_CACHE_HOME/huggingface/
+ * token, else ~/.cache/huggingface/token; HF_HUB_DISABLE_IMPLICIT_TOKEN=1
+ * sends none; whitespace around the token is dropped.  The environment is
+ * captured once in main() (shoal_hf_env_capture); the lookup itself takes
+ * the captured values, so library code never calls getenv.
+ */
+#ifndef SHOAL_HFENV_H
+#define SHOAL_HFENV_H
+
+typedef struct shoal_hf_env {
+    const char *endpoint;           /* $HF_ENDPOINT */
+    const char *token;              /* $HF_TOKEN */
+    const char *hub_token;          /* $HUGGING_FACE_HUB_TOKEN */
+    const char *token_path;         /* $HF_TOKEN_PATH */
+    const char *hf_home;            /* $HF_HOME */
+    const char *xdg_cache_home;     /* $XDG_CACHE_HOME */
+    const char *home;               /* $HOME */
+    const char *disable_implicit;   /* $HF_HUB_DISABLE_IMPLICIT_TOKEN */
+} shoal_hf_env;
+
+/* For main() only: read the variables above from the process. */
+void shoal_hf_env_capture(shoal_hf_env *env);
+
+/* The token, or NULL when there is none (or implicit tokens are disabled,
+ * or the file cannot be read).  Caller frees. */
+char *shoal_hf_token(const shoal_hf_env *env);
+
+#endif
