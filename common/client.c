@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -403,6 +404,48 @@ int shoal_client_next(shoal_client *c, int timeout_ms, shoal_item *out, shoal_er
     }
 }
 
+int shoal_item_map(const shoal_item *it, int populate, shoal_view *out, shoal_err *err)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t start;
+    void *p;
+
+    memset(out, 0, sizeof *out);
+    if (it->status != 0 || it->fd < 0 || it->length == 0)
+        return shoal_err_set(err, SHOAL_EINVAL, "item %u has no bytes to map (status %d)",
+                             it->index, it->status);
+    if (page <= 0)
+        page = 4096;
+    start = it->offset / (uint64_t)page * (uint64_t)page;
+    if (it->offset + it->length < it->offset || it->offset - start + it->length > SIZE_MAX)
+        return shoal_err_set(err, SHOAL_ERANGE, "item %u: range too large to map", it->index);
+    out->maplen = (size_t)(it->offset - start + it->length);
+    p = mmap(NULL, out->maplen, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), it->fd,
+             (off_t)start);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        out->maplen = 0;
+        return shoal_err_set(err, shoal_err_from_errno(e), "mapping item %u: %s", it->index,
+                             strerror(e));
+    }
+    out->base = p;
+    out->data = (const uint8_t *)p + (it->offset - start);
+    out->length = it->length;
+    return 0;
+}
+
+void shoal_item_release(shoal_item *it, shoal_view *v)
+{
+    if (v && v->base) {
+        munmap(v->base, v->maplen);
+        memset(v, 0, sizeof *v);
+    }
+    if (it && it->fd >= 0) {
+        close(it->fd);
+        it->fd = -1;
+    }
+}
+
 int shoal_client_cancel(shoal_client *c, uint64_t request, shoal_err *err)
 {
     begin(c, SHOAL_MSG_CANCEL);
@@ -413,28 +456,45 @@ int shoal_client_cancel(shoal_client *c, uint64_t request, shoal_err *err)
 int shoal_client_get(shoal_client *c, uint32_t handle, int priority, const shoal_key *keys,
                      size_t n, shoal_item_fn fn, void *ctx, shoal_err *err)
 {
+    shoal_item *other = NULL;   /* items of other GETs in flight: kept for next() */
+    size_t got = 0, nother = 0, cap = 0;
     uint64_t req;
-    size_t got = 0;
     int rc = shoal_client_get_send(c, handle, priority, keys, n, &req, err);
-    if (rc)
-        return rc;
-    while (got < n) {
+
+    while (rc == 0 && got < n) {
         shoal_item it;
         rc = shoal_client_next(c, c->call_timeout_ms, &it, err);
         if (rc)
-            return rc;
+            break;
         if (it.request != req) {
-            /* An item of another request in flight: not ours to handle. */
-            if (it.fd >= 0)
-                close(it.fd);
+            if (nother == cap) {
+                size_t nc = cap ? cap * 2 : 16;
+                shoal_item *p = realloc(other, nc * sizeof *p);
+                if (!p) {
+                    if (it.fd >= 0)
+                        close(it.fd);
+                    rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+                    break;
+                }
+                other = p;
+                cap = nc;
+            }
+            other[nother++] = it;
             continue;
         }
-        if (it.index == UINT16_MAX)
-            return it.status;
+        if (it.index == UINT16_MAX) {
+            rc = it.status;
+            break;
+        }
         fn(&it, ctx);
         got++;
     }
-    return 0;
+    for (size_t i = 0; i < nother; i++) {
+        if (queue_push(c, &other[i]) != 0 && other[i].fd >= 0)
+            close(other[i].fd);
+    }
+    free(other);
+    return rc;
 }
 
 int shoal_client_warm(shoal_client *c, uint32_t handle, int selection, uint32_t a, uint32_t b,
@@ -452,6 +512,23 @@ int shoal_client_warm(shoal_client *c, uint32_t handle, int selection, uint32_t 
         shoal_msg_put_u32(&c->msg, a);
     }
     rc = client_call(c, SHOAL_MSG_JOB_OK, NULL, err);
+    if (rc)
+        return rc;
+    shoal_rd_init(&r, c->body.data, c->body.len);
+    *job = shoal_rd_u64(&r);
+    return shoal_rd_finish(&r) ? client_fail(c, SHOAL_EPROTO, err) : 0;
+}
+
+int shoal_client_warm_keys(shoal_client *c, uint32_t handle, const shoal_key *keys, size_t n,
+                           uint64_t *job, shoal_err *err)
+{
+    shoal_msg_reader r;
+    int rc;
+    begin(c, SHOAL_MSG_WARM);
+    shoal_msg_put_u32(&c->msg, handle);
+    shoal_msg_put_u8(&c->msg, SHOAL_WARM_LIST);
+    rc = put_keys(c, keys, n, err);
+    rc = rc ? rc : client_call(c, SHOAL_MSG_JOB_OK, NULL, err);
     if (rc)
         return rc;
     shoal_rd_init(&r, c->body.data, c->body.len);

@@ -69,6 +69,24 @@ typedef struct shoal_item {
     uint8_t  xxh128[16];
 } shoal_item;
 
+/* An item's object mapped read-only.  `data` points at the object's first
+ * byte; base/maplen are the page-aligned mapping underneath. */
+typedef struct shoal_view {
+    const uint8_t *data;
+    uint64_t       length;
+    void          *base;
+    size_t         maplen;
+} shoal_view;
+
+/* Map item it (status 0) read-only; populate: fault every page in now (one
+ * call instead of a fault per page).  The descriptor stays the item's.
+ * 0, or SHOAL_EINVAL (a failed item) / a code from errno. */
+int shoal_item_map(const shoal_item *it, int populate, shoal_view *out, shoal_err *err);
+
+/* Release an item: unmap its view (v may be NULL or unmapped) and close
+ * its descriptor (fd set to -1).  Safe to call twice. */
+void shoal_item_release(shoal_item *it, shoal_view *v);
+
 /* Send a GET of n keys (1..SHOAL_PROTO_MAX_KEYS); returns at once with the
  * request id in *request.  priority: 0 demand, 1 prefetch. */
 int shoal_client_get_send(shoal_client *c, uint32_t handle, int priority,
@@ -92,6 +110,11 @@ int shoal_client_get(shoal_client *c, uint32_t handle, int priority, const shoal
 enum { SHOAL_WARM_ALL = 0, SHOAL_WARM_SPINE = 1, SHOAL_WARM_LAYERS = 2, SHOAL_WARM_TOP = 3 };
 int shoal_client_warm(shoal_client *c, uint32_t handle, int selection, uint32_t a, uint32_t b,
                       uint64_t *job, shoal_err *err);
+
+/* WARM selection 4: a list of 1..SHOAL_PROTO_MAX_KEYS expert keys. */
+enum { SHOAL_WARM_LIST = 4 };
+int shoal_client_warm_keys(shoal_client *c, uint32_t handle, const shoal_key *keys, size_t n,
+                           uint64_t *job, shoal_err *err);
 
 typedef struct shoal_job_status {
     uint8_t  state;           /* 0 queued, 1 running, 2 done, 3 failed, 4 cancelled */

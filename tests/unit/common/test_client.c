@@ -113,6 +113,22 @@ static void *fake_main(void *arg)
             send_item(s, &m, h.id, 2, 0, "expert-two", 0);
             send_item(s, &m, h.id, 1, SHOAL_ENOTFOUND, NULL, 0);
             break;
+        case SHOAL_MSG_WARM: {
+            /* selection 4: the job id says how many expert keys came */
+            uint32_t handle = shoal_rd_u32(&r);
+            uint8_t sel = shoal_rd_u8(&r);
+            uint16_t n = sel == 4 ? shoal_rd_u16(&r) : 0;
+            for (unsigned i = 0; i < n; i++) {
+                shoal_key k;
+                shoal_rd_key(&r, &k);
+                if (k.kind != SHOAL_KEY_EXPERT)
+                    n = 0;
+            }
+            shoal_msg_begin(&m, SHOAL_MSG_JOB_OK, SHOAL_MSG_F_LAST, h.id);
+            shoal_msg_put_u64(&m, shoal_rd_finish(&r) == 0 && handle == 3 ? 1000u + n : 0);
+            reply(s, &m, -1);
+            break;
+        }
         case SHOAL_MSG_STATS: {
             const char *j = "{\"hits\":5}";
             shoal_msg_begin(&m, SHOAL_MSG_JSON, SHOAL_MSG_F_LAST, h.id);
@@ -219,12 +235,25 @@ static void test_session(void **state)
     memset(got, 0, sizeof got);
     assert_int_equal(pread(it.fd, got, it.length, 0), 10);
     assert_string_equal(got, "expert-two");
-    close(it.fd);
+    {   /* mapped, then released: unmapped and closed, twice is harmless */
+        shoal_view v;
+        assert_int_equal(shoal_item_map(&it, 1, &v, &e), 0);
+        assert_true(v.length == 10);
+        assert_memory_equal(v.data, "expert-two", 10);
+        shoal_item_release(&it, &v);
+        assert_int_equal(it.fd, -1);
+        assert_null(v.base);
+        shoal_item_release(&it, &v);
+    }
     seen[it.index] = 1;
     assert_int_equal(shoal_client_next(c, 5000, &it, &e), 0);
     assert_int_equal(it.index, 1);
     assert_int_equal(it.status, SHOAL_ENOTFOUND);
     assert_int_equal(it.fd, -1);
+    {
+        shoal_view v;
+        assert_int_equal(shoal_item_map(&it, 0, &v, &e), SHOAL_EINVAL);
+    }
     seen[it.index] = 1;
 
     /* A control call while the GET's last item is still to come: the item is
@@ -240,6 +269,14 @@ static void test_session(void **state)
     close(it.fd);
     seen[it.index] = 1;
     assert_int_equal(seen[0] + seen[1] + seen[2], 3);
+
+    /* WARM of a list of experts. */
+    {
+        uint64_t job = 0;
+        assert_int_equal(shoal_client_warm_keys(c, 3, keys, 2, &job, &e), 0);
+        assert_true(job == 1002);
+        assert_int_equal(shoal_client_warm_keys(c, 3, keys, 0, &job, &e), SHOAL_EINVAL);
+    }
 
     /* Nothing more: a timeout, not a hang. */
     assert_int_equal(shoal_client_next(c, 50, &it, &e), SHOAL_ETIMEOUT);

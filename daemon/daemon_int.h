@@ -1,0 +1,348 @@
+/* daemon_int.h — shoald's internal interfaces, shared by the files of
+ * daemon/ and by nothing else.
+ *
+ * The daemon is one thread running one libevent loop.  It composes the
+ * cache (cache/cache.h: blobs, index, counters) and the fetcher (upstream
+ * transfers) around a Unix socket server that speaks docs/protocol.md.
+ *
+ *   main.c     flags, config, detach, pid file, signals: the program's edge
+ *   server.c   the listening socket: stale-socket detection, mode 0600
+ *   conn.c     one connection: framing, bounded input, an output queue of
+ *              (bytes, descriptor) messages flushed with sendmsg
+ *   request.c  decoding a request body into a daemon_request (pure; fuzzed)
+ *   session.c  per-connection state: session counters, handles, GETs
+ *   model.c    the table of open models (manifest, key -> object)
+ *   sched.c    single-flight transfer table, priority queues, waiters
+ *   upstream.c running one transfer: the fetcher, or a local snapshot
+ *   warm.c     warm jobs, persisted under $SHOAL_HOME/jobs/
+ *   ops.c      the request handlers
+ *   stats.c    the STATS JSON (docs/stats-json.md)
+ *
+ * Memory bound (docs/daemon.md): per connection, input is at most one frame
+ * (24 + 1 MiB); outstanding GET keys are at most DAEMON_CONN_MAX_KEYS;
+ * reading stops while DAEMON_CONN_MAX_KEYS messages or
+ * DAEMON_CONN_MAX_CONTROL control replies are queued, so the output queue
+ * holds at most 2 x DAEMON_CONN_MAX_KEYS + DAEMON_CONN_MAX_CONTROL messages.
+ * Transfers stream into cache writers through buffers of at most
+ * UPSTREAM_CHUNK bytes each, DAEMON_PARALLEL_MAX at once.
+ */
+#ifndef SHOAL_DAEMON_INT_H
+#define SHOAL_DAEMON_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/cache.h"
+#include "common/buf.h"
+#include "common/err.h"
+#include "common/manifest.h"
+#include "common/path.h"
+#include "common/proto.h"
+
+struct event_base;
+struct event;
+
+#define DAEMON_CONN_MAX_KEYS     8192   /* outstanding GET keys per connection */
+#define DAEMON_CONN_MAX_CONTROL  64     /* queued non-GET replies before reading pauses */
+#define DAEMON_CONN_MAX_GETS     256    /* open GET requests per connection */
+#define DAEMON_CONN_MAX_HANDLES  64     /* models one connection may hold open */
+#define DAEMON_PARALLEL_MAX      64
+#define DAEMON_MODELS_MAX        256
+#define DAEMON_JOBS_MAX          256
+#define DAEMON_RECENT_SESSIONS   16
+
+typedef struct shoald shoald;
+typedef struct conn conn;
+typedef struct model model;
+typedef struct xfer xfer;
+typedef struct waiter waiter;
+typedef struct warm_job warm_job;
+typedef struct getreq getreq;
+
+/* Priorities, lowest value first.  PRIO_WARM is never on the wire. */
+enum { PRIO_DEMAND = 0, PRIO_PREFETCH = 1, PRIO_WARM = 2, PRIO_COUNT = 3 };
+
+typedef struct daemon_config {
+    char     home[SHOAL_PATH_MAX];
+    char     socket_path[108];
+    uint64_t max_size;             /* 0: the cache's default budget */
+    int      parallel;             /* transfers at once */
+    const char *endpoint;          /* HF endpoint (NULL: default) */
+    const char *token;             /* NULL: anonymous */
+    uint32_t flush_ms;             /* counter flush timer */
+    int      no_fsync;             /* tests and benchmarks only */
+} daemon_config;
+
+/* Upstream counters since start (the cache keeps disk-tier counters). */
+typedef struct daemon_upstream_counts {
+    uint64_t started, completed, failed, parked, cancelled;
+    uint64_t bytes;
+    uint64_t wait_ns;              /* summed transfer durations */
+} daemon_upstream_counts;
+
+struct shoald {
+    daemon_config cfg;
+    struct event_base *base;
+    cache *cache;
+    int    listen_fd;
+    struct event *ev_accept, *ev_flush;
+    struct event *ev_sig[4];
+    conn  *conns;                  /* doubly linked */
+    unsigned nconns;
+    model *models[DAEMON_MODELS_MAX];
+    struct sched *sched;
+    struct warm *warm;
+    daemon_upstream_counts up;
+    uint64_t bytes_served;
+    int    stopping;
+    int64_t started_ms;
+};
+
+/* ---- server.c ------------------------------------------------------------- */
+
+/* Create the listening socket at cfg.socket_path: replace a stale socket
+ * (nothing accepts on it), refuse a live one, mode 0600. */
+int server_listen(shoald *d, shoal_err *err);
+void server_close(shoald *d);
+
+/* ---- conn.c ----------------------------------------------------------------- */
+
+int  conn_new(shoald *d, int fd);
+/* Close (now, or after flushing its queue when `flush` is set). */
+void conn_close(conn *c, int flush);
+/* Queue a built message, with a descriptor (taken: closed on failure) or
+ * -1.  0, or a negative code (the connection is then being closed). */
+int  conn_send(conn *c, const uint8_t *msg, size_t len, int fd);
+int  conn_send_error(conn *c, uint64_t id, int code, const char *msg);
+int  conn_send_ok(conn *c, uint64_t id);
+int  conn_send_json(conn *c, uint64_t id, const shoal_buf *json);
+/* Shoal protocol builder shared by a connection's replies. */
+shoal_msg_builder *conn_builder(conn *c);
+/* Stop accepting input on every connection; close them after flushing. */
+void conn_close_all(shoald *d);
+/* Free every connection now (the loop has stopped). */
+void conn_free_all(shoald *d);
+
+/* Per-connection state that ops.c, session.c and sched.c reach. */
+struct conn {
+    shoald  *d;
+    conn    *prev, *next;
+    int      fd;
+    struct event *ev_read, *ev_write;
+    shoal_buf in;                  /* at most one frame */
+    struct outmsg *out_head, *out_tail;
+    size_t   out_count, out_control;
+    int      closing;              /* flush then close */
+    int      read_paused;
+    /* session */
+    int      hello;
+    uint64_t session;
+    int64_t  pid;
+    char     program[64];
+    int64_t  started_ms;
+    cache_counts counts;
+    uint32_t handles[DAEMON_CONN_MAX_HANDLES];
+    unsigned nhandles;
+    getreq  *gets;                 /* open GETs, linked */
+    unsigned ngets;
+    size_t   outstanding;          /* keys not yet answered */
+    shoal_msg_builder msg;
+};
+
+/* ---- request.c (pure) ---------------------------------------------------------- */
+
+typedef struct daemon_request {
+    uint16_t type;
+    uint64_t id;
+    /* HELLO */
+    uint16_t version;
+    char     name[64];
+    uint32_t pid;
+    /* OPEN, VERIFY (model), STATS (query) */
+    char     text[SHOAL_PROTO_MAX_STR + 1];
+    /* GET, PIN, WARM, RELEASE */
+    uint32_t handle;
+    uint8_t  priority;             /* GET; PIN: on/off; VERIFY: deep */
+    uint8_t  selection;            /* WARM */
+    uint32_t a, b;                 /* WARM arguments */
+    uint16_t nkeys;
+    shoal_key keys[SHOAL_PROTO_MAX_KEYS];   /* names borrowed from the body */
+    /* CANCEL (request id), JOB (job id), GC (max size) */
+    uint64_t u64;
+    /* REPORT: JSON text borrowed from the body */
+    const char *json;
+    size_t   json_len;
+} daemon_request;
+
+/* Decode the body of a request of type h->type.  SHOAL_EPROTO with a
+ * message when it does not parse, is a reply type, or has trailing bytes. */
+int daemon_request_parse(const shoal_msg_header *h, const uint8_t *body, size_t len,
+                         daemon_request *out, shoal_err *err);
+
+/* ---- model.c ----------------------------------------------------------------- */
+
+/* One object a key names: where it lives upstream and how it is cached. */
+typedef struct objref {
+    cache_key  key;                /* etag borrowed from the model's manifest */
+    cache_kind kind;
+    uint32_t   file;               /* index into the manifest's files */
+    int32_t    layer, expert;
+    const char *tensor;            /* borrowed, or NULL */
+} objref;
+
+struct model {
+    uint32_t handle;               /* index + 1 in d->models */
+    unsigned refs;                 /* connections, jobs and transfers holding it */
+    int64_t  idle_ms;              /* when refs fell to 0 */
+    char     spec[SHOAL_PROTO_MAX_STR + 1];   /* as opened */
+    manifest *man;
+    int64_t  model_id;             /* cache_model_put */
+    int      local;                /* a snapshot directory */
+    char     dir[SHOAL_PATH_MAX];  /* local: the directory */
+    shoal_buf encoded;             /* the manifest's encoding (OPEN replies) */
+    struct upstream_model *up;     /* upstream.c's per-model state */
+};
+
+/* Open (or share) the model `spec`: a directory or hf://org/name[@rev].
+ * Blocking for a directory and for metadata; a reference for the caller. */
+int  model_acquire(shoald *d, const char *spec, model **out, shoal_err *err);
+void model_release(shoald *d, model *m);
+model *model_by_handle(shoald *d, uint32_t handle);
+/* Resolve a protocol key to an object.  SHOAL_ENOTFOUND naming it. */
+int  model_key_resolve(const model *m, const shoal_key *k, objref *out, shoal_err *err);
+void model_free_all(shoald *d);
+
+/* ---- sched.c ------------------------------------------------------------------- */
+
+/* Who waits for a transfer: a GET key of a connection, or a warm job. */
+struct waiter {
+    waiter  *prev, *next;          /* on the transfer */
+    xfer    *x;
+    int      prio;
+    uint64_t t0_ns;
+    /* one of: */
+    conn    *c;
+    getreq  *g;
+    uint16_t index;
+    uint8_t  answered;             /* GET key: its item was sent */
+    uint8_t  source;               /* GET key: SHOAL_SRC_MISS or _JOIN */
+    warm_job *job;
+};
+
+struct sched;
+int  sched_new(shoald *d, struct sched **out);
+void sched_free(struct sched *s);
+/* Is a transfer of this object in flight (queued or running)? */
+xfer *sched_find(struct sched *s, const cache_key *key);
+/* Attach w to the transfer of o (creating and queueing it when absent).
+ * m gets a reference for the transfer's life. */
+int  sched_attach(struct sched *s, model *m, const objref *o, waiter *w, shoal_err *err);
+/* Detach a waiter (disconnect, cancel).  A transfer nobody waits for any
+ * more is dropped if queued and cancelled if it was only a prefetch or
+ * warm; a demand transfer already running finishes for the cache. */
+void sched_detach(struct sched *s, waiter *w);
+/* Park every running transfer (shutdown): writers paused, resumable. */
+void sched_park_all(struct sched *s);
+/* Fail every running transfer of m (its upstream session died). */
+void sched_fail_model(struct sched *s, model *m, int rc, const char *msg);
+size_t sched_running(const struct sched *s);
+size_t sched_queued(const struct sched *s, int prio);
+
+/* Called by upstream.c when a transfer ends (rc 0: committed). */
+void sched_xfer_done(struct sched *s, xfer *x, int rc, const char *msg, uint64_t bytes);
+
+/* The transfer record (sched.c owns it; upstream.c reads and fills it). */
+struct xfer {
+    xfer    *hnext;                /* hash chain */
+    xfer    *qprev, *qnext;        /* queue */
+    int      state;                /* XFER_QUEUED / XFER_RUNNING / XFER_DONE */
+    int      prio;                 /* best of its waiters */
+    int      qprio;                /* the queue it is on */
+    int      had_demand;           /* a demand asked: finish even if abandoned */
+    char     etag[CACHE_ETAG_MAX + 1];
+    cache_key key;                 /* key.etag -> etag above */
+    objref   obj;
+    model   *m;
+    waiter  *waiters;
+    unsigned nwaiters;
+    uint64_t t0_ns;
+    struct upstream_xfer *up;      /* upstream.c's state while running */
+};
+enum { XFER_QUEUED = 0, XFER_RUNNING = 1, XFER_DONE = 2 };
+
+/* ---- upstream.c ---------------------------------------------------------------- */
+
+int  upstream_init(shoald *d, shoal_err *err);
+void upstream_shutdown(shoald *d);
+/* Load a model's manifest from its upstream (dir or hf://). */
+int  upstream_model_load(shoald *d, model *m, shoal_err *err);
+void upstream_model_free(model *m);
+/* Start x: open its cache writer and stream bytes into it; calls
+ * sched_xfer_done() later (never from inside this call). */
+int  upstream_start(shoald *d, xfer *x, shoal_err *err);
+/* Stop x: pause (keep the partial, resumable) or abort its writer.  No
+ * sched_xfer_done() follows. */
+void upstream_stop(shoald *d, xfer *x, int keep_partial);
+/* Can upstream_stop() really stop one transfer (so warm ones can be parked
+ * for a demand)?  When not, demand gets upstream_headroom() extra slots. */
+int  upstream_can_park(void);
+int  upstream_headroom(const shoald *d);
+/* Shutdown: pause every writer so the next run resumes. */
+void upstream_park_all(shoald *d);
+struct fetch_stats;
+void upstream_stats(const model *m, struct fetch_stats *out);
+
+/* ---- session.c ----------------------------------------------------------------- */
+
+struct getreq {
+    getreq  *next;
+    uint64_t id;
+    uint16_t nkeys, remaining;
+    uint8_t  prio;
+    waiter  *w;                    /* nkeys waiters, w[i].x NULL when not waiting */
+};
+
+int  session_open(conn *c, const daemon_request *rq, shoal_err *err);
+void session_close(conn *c);
+int  session_handle_add(conn *c, uint32_t handle);
+int  session_handle_drop(conn *c, uint32_t handle);
+/* Send GET item i of g (status, source, descriptor taken) and drop g when
+ * it was the last. */
+void session_item_send(conn *c, getreq *g, uint16_t i, int status, int source,
+                       const cache_obj *obj);
+void session_get_free(conn *c, getreq *g);
+getreq *session_get_find(conn *c, uint64_t id);
+
+/* ---- ops.c ----------------------------------------------------------------------- */
+
+/* Handle one decoded request.  0, or a negative code after which the
+ * connection is closed (a protocol error; the reply is already queued). */
+int ops_dispatch(conn *c, const daemon_request *rq);
+/* A transfer ended: answer the waiters of x. */
+void ops_xfer_finished(shoald *d, xfer *x, int rc, const char *msg);
+
+/* ---- warm.c ---------------------------------------------------------------------- */
+
+struct warm;
+int  warm_new(shoald *d, struct warm **out, shoal_err *err);
+void warm_free(struct warm *w);
+/* Resume the jobs of a previous run (after the loop and sched exist). */
+void warm_resume_all(struct warm *w);
+int  warm_start(struct warm *w, model *m, int selection, uint32_t a, uint32_t b,
+                const shoal_key *keys, size_t nkeys, uint64_t *job, shoal_err *err);
+int  warm_status(struct warm *w, uint64_t job, uint8_t *state, uint64_t *bytes_done,
+                 uint64_t *bytes_total, uint32_t *objs_done, uint32_t *objs_total,
+                 uint32_t *errors, char *last_error, size_t cap);
+/* A warm waiter's transfer ended. */
+void warm_waiter_done(warm_job *j, waiter *w, int rc, const char *msg, uint64_t bytes);
+/* Persist progress (shutdown). */
+void warm_save_all(struct warm *w);
+void warm_stats_json(struct warm *w, void *json_array);
+/* Jobs not finished. */
+unsigned warm_running(const struct warm *w);
+
+/* ---- stats.c ---------------------------------------------------------------------- */
+
+int stats_json(shoald *d, const char *query, size_t qlen, shoal_buf *out, shoal_err *err);
+
+#endif

@@ -1,0 +1,358 @@
+/* upstream.c — moving an object's bytes from upstream into the cache,
+ * through the fetcher (fetcher/fetch.h) driven by the daemon's libevent loop.
+ *
+ * Owns: one fetch_upstream and one fetch_session per open model, the
+ * libevent implementation of fetch_loop_ops (a persistent event per watched
+ * socket, one timer per session), and turning the session's per-item
+ * completions into sched_xfer_done() calls.
+ *
+ * Completions are deferred: the fetcher may finish an item inside
+ * fetch_session_add (it was cached already) or inside a loop callback; we
+ * record (key, rc) and report from a separate event, so sched never sees
+ * a completion inside upstream_start and a session is never freed inside
+ * its own callback.
+ *
+ * What the fetcher API does not offer yet: stopping one item (only the
+ * whole session).  So a cancelled prefetch keeps transferring into the
+ * cache (its completion is then ignored here), and the scheduler gives
+ * demand extra slots instead of parking warm transfers (see
+ * upstream_can_park()).  The session's own limit is parallel plus that
+ * headroom.  After a fatal session error (disk full, refused credentials,
+ * too many failures) every transfer of that session fails with it and the
+ * session is rebuilt on the next start.
+ */
+#include "daemon/daemon_int.h"
+#include "common/log.h"
+#include "fetcher/fetch.h"
+
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct watch {
+    int fd;                          /* -1: free slot */
+    unsigned what;
+    struct event *ev;
+} watch;
+
+struct upstream_model {
+    shoald *d;
+    model  *m;
+    fetch_upstream *u;
+    fetch_session  *s;
+    struct event   *ev_timer;
+    watch  *w;
+    size_t  nw;
+    int     broken;                  /* session failed: rebuild before use */
+};
+
+typedef struct done_rec {
+    struct done_rec *next;
+    int     rc;
+    char    msg[SHOAL_ERR_MSG_MAX];
+    uint64_t offset, length;
+    char    etag[CACHE_ETAG_MAX + 1];
+} done_rec;
+
+static struct {
+    shoald *d;
+    struct event *ev_done;
+    done_rec *head, *tail;
+} up;
+
+/* ---- fetch_loop_ops over libevent ---------------------------------------------- */
+
+static void on_io(evutil_socket_t fd, short what, void *arg)
+{
+    struct upstream_model *um = arg;
+    unsigned w = ((what & EV_READ) ? FETCH_WATCH_IN : 0) | ((what & EV_WRITE) ? FETCH_WATCH_OUT : 0);
+    if (um->s)
+        fetch_session_io(um->s, fd, w);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct upstream_model *um = arg;
+    (void)fd;
+    (void)what;
+    if (um->s)
+        fetch_session_timeout(um->s);
+}
+
+static int loop_watch(void *loop, int fd, unsigned what)
+{
+    struct upstream_model *um = loop;
+    watch *slot = NULL;
+    short ev = (short)(((what & FETCH_WATCH_IN) ? EV_READ : 0) | ((what & FETCH_WATCH_OUT) ? EV_WRITE : 0));
+
+    for (size_t i = 0; i < um->nw; i++) {
+        if (um->w[i].fd == fd) {
+            slot = &um->w[i];
+            break;
+        }
+    }
+    if (what == FETCH_WATCH_NONE) {
+        if (slot) {
+            event_del(slot->ev);   /* freed with the session: we may be inside its callback */
+            slot->fd = -1;
+        }
+        return 0;
+    }
+    if (!slot) {
+        for (size_t i = 0; i < um->nw && !slot; i++)
+            if (um->w[i].fd < 0)
+                slot = &um->w[i];
+        if (!slot) {
+            watch *nw = realloc(um->w, (um->nw + 1) * sizeof *nw);
+            if (!nw)
+                return SHOAL_ENOMEM;
+            um->w = nw;
+            slot = &um->w[um->nw++];
+            slot->ev = event_new(um->d->base, -1, 0, on_io, um);
+            if (!slot->ev) {
+                um->nw--;
+                return SHOAL_ENOMEM;
+            }
+        }
+        slot->fd = fd;
+        slot->what = 0;
+    }
+    if (slot->what == what && event_pending(slot->ev, EV_READ | EV_WRITE, NULL))
+        return 0;
+    event_del(slot->ev);
+    if (event_assign(slot->ev, um->d->base, fd, (short)(ev | EV_PERSIST), on_io, um) != 0 ||
+        event_add(slot->ev, NULL) != 0)
+        return SHOAL_EIO;
+    slot->what = what;
+    return 0;
+}
+
+static void loop_timer(void *loop, long ms)
+{
+    struct upstream_model *um = loop;
+    struct timeval tv;
+    if (ms < 0) {
+        event_del(um->ev_timer);
+        return;
+    }
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    event_add(um->ev_timer, &tv);
+}
+
+static const fetch_loop_ops loop_ops = { loop_watch, loop_timer };
+
+/* ---- completions ------------------------------------------------------------------- */
+
+static void on_item_done(const fetch_item *it, int rc, void *ctx)
+{
+    struct upstream_model *um = ctx;
+    const manifest *man = um->m->man;
+    done_rec *r = calloc(1, sizeof *r);
+    shoal_err err = { 0 };
+
+    if (!r) {
+        LOG_ERROR("upstream", "out of memory recording a completion");
+        return;
+    }
+    r->rc = rc;
+    r->offset = it->offset;
+    r->length = it->length;
+    snprintf(r->etag, sizeof r->etag, "%s", man->files[it->file].etag);
+    if (rc && fetch_session_status(um->s, &err) != 0)
+        snprintf(r->msg, sizeof r->msg, "%s", err.msg);
+    else if (rc)
+        snprintf(r->msg, sizeof r->msg, "fetching %s: %s", man->files[it->file].path,
+                 shoal_strerror(rc));
+    if (up.tail)
+        up.tail->next = r;
+    else
+        up.head = r;
+    up.tail = r;
+    event_active(up.ev_done, EV_TIMEOUT, 0);
+}
+
+static void session_drop(struct upstream_model *um)
+{
+    if (um->s) {
+        fetch_session_free(um->s);
+        um->s = NULL;
+    }
+    event_del(um->ev_timer);
+    for (size_t i = 0; i < um->nw; i++) {
+        event_free(um->w[i].ev);
+    }
+    free(um->w);
+    um->w = NULL;
+    um->nw = 0;
+    um->broken = 0;
+}
+
+/* A session that failed fatally: fail its transfers still running. */
+static void session_check(struct upstream_model *um)
+{
+    shoal_err err = { 0 };
+    if (!um->s || fetch_session_status(um->s, &err) == 0)
+        return;
+    LOG_WARN("upstream", "%s: transfers stopped: %s", um->m->spec, err.msg);
+    um->broken = 1;
+    sched_fail_model(um->d->sched, um->m, err.code ? err.code : SHOAL_EIO, err.msg);
+}
+
+static void on_done_event(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    while (up.head) {
+        done_rec *r = up.head;
+        cache_key key = { r->etag, r->offset, r->length };
+        xfer *x;
+        up.head = r->next;
+        if (!up.head)
+            up.tail = NULL;
+        x = sched_find(up.d->sched, &key);
+        if (x && x->state == XFER_RUNNING && x->up) {
+            x->up = NULL;
+            sched_xfer_done(up.d->sched, x, r->rc, r->rc ? r->msg : NULL,
+                            r->rc ? 0 : r->length);
+        }
+        free(r);
+    }
+    /* Sessions that failed are rebuilt at the next start; transfers of
+     * theirs still marked running get their failure now. */
+    for (int i = 0; i < DAEMON_MODELS_MAX; i++) {
+        model *m = up.d->models[i];
+        if (m && m->up && m->up->s && !m->up->broken)
+            session_check(m->up);
+    }
+}
+
+/* ---- the interface to sched and model ---------------------------------------------- */
+
+int upstream_init(shoald *d, shoal_err *err)
+{
+    up.d = d;
+    up.ev_done = event_new(d->base, -1, 0, on_done_event, NULL);
+    if (!up.ev_done)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    return 0;
+}
+
+void upstream_shutdown(shoald *d)
+{
+    (void)d;
+    while (up.head) {
+        done_rec *r = up.head;
+        up.head = r->next;
+        free(r);
+    }
+    up.tail = NULL;
+    if (up.ev_done)
+        event_free(up.ev_done);
+    up.ev_done = NULL;
+}
+
+int upstream_can_park(void) { return 0; }
+
+int upstream_model_load(shoald *d, model *m, shoal_err *err)
+{
+    struct upstream_model *um = calloc(1, sizeof *um);
+    fetch_options o = { 0 };
+    int from_cache = 0, rc;
+
+    if (!um)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    um->d = d;
+    um->m = m;
+    m->up = um;
+    um->ev_timer = event_new(d->base, -1, 0, on_timer, um);
+    if (!um->ev_timer)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    o.model = m->spec;
+    o.endpoint = d->cfg.endpoint;
+    o.token = d->cfg.token;
+    o.parallel = d->cfg.parallel + upstream_headroom(d);
+    rc = fetch_upstream_open(&o, d->cache, &um->u, err);
+    if (rc)
+        return rc;
+    m->local = fetch_upstream_is_local(um->u);
+    rc = fetch_manifest_get(um->u, d->cache, &m->man, &from_cache, err);
+    if (rc)
+        return rc;
+    LOG_DEBUG("upstream", "%s: manifest %s", m->spec, from_cache ? "from the cache" : "built");
+    return 0;
+}
+
+void upstream_model_free(model *m)
+{
+    struct upstream_model *um = m->up;
+    if (!um)
+        return;
+    session_drop(um);
+    if (um->ev_timer)
+        event_free(um->ev_timer);
+    fetch_upstream_free(um->u);
+    free(um);
+    m->up = NULL;
+}
+
+int upstream_start(shoald *d, xfer *x, shoal_err *err)
+{
+    struct upstream_model *um = x->m->up;
+    fetch_item it;
+    int rc;
+
+    if (um->s && um->broken)
+        session_drop(um);
+    if (!um->s) {
+        rc = fetch_session_new(um->u, d->cache, x->m->man, &loop_ops, um, &um->s, err);
+        if (rc)
+            return rc;
+        fetch_session_on_done(um->s, on_item_done, um);
+    }
+    memset(&it, 0, sizeof it);
+    it.kind = x->obj.kind;
+    it.file = x->obj.file;
+    it.offset = x->key.offset;
+    it.length = x->key.length;
+    it.layer = x->obj.layer;
+    it.expert = x->obj.expert;
+    it.tensor = x->obj.tensor;
+    rc = fetch_session_add(um->s, &it, 1, err);
+    if (rc)
+        return rc;
+    x->up = (struct upstream_xfer *)um;
+    return 0;
+}
+
+void upstream_stop(shoald *d, xfer *x, int keep_partial)
+{
+    (void)d;
+    (void)keep_partial;
+    /* No per-item stop in the fetcher: the bytes keep landing in the cache
+     * and the completion, finding no running xfer, is ignored. */
+    x->up = NULL;
+}
+
+void upstream_park_all(shoald *d)
+{
+    for (int i = 0; i < DAEMON_MODELS_MAX; i++) {
+        model *m = d->models[i];
+        if (m && m->up && m->up->s)
+            fetch_session_stop(m->up->s);
+    }
+}
+
+int upstream_headroom(const shoald *d)
+{
+    int h = d->cfg.parallel / 2;
+    return h < 1 ? 1 : h;
+}
+
+void upstream_stats(const model *m, fetch_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (m->up && m->up->u)
+        fetch_upstream_stats(m->up->u, out);
+}

@@ -1,0 +1,582 @@
+/* warm.c — background warm jobs that outlive their client and the daemon.
+ *
+ * Owns: WARM selections turned into a list of objects (fetcher's
+ * fetch_select, or the request heat for "top N"), feeding them to the
+ * scheduler at warm priority through a small window (so a job of 82,432
+ * experts holds WARM_WINDOW transfers, not 82,432), progress for JOB, and
+ * persistence: each job is a small JSON file $SHOAL_HOME/jobs/<id>.json,
+ * rewritten atomically on state changes and every WARM_SAVE_EVERY objects.
+ * After a restart (or a crash) every job not finished is resumed: its
+ * list is rebuilt and the objects already cached are skipped, so it costs
+ * one lookup per object done before.
+ *
+ * Does not own transfers (sched.c) or the job's counters in the cache.
+ */
+#include "daemon/daemon_int.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/sys.h"
+#include "fetcher/fetch.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define WARM_WINDOW      16      /* transfers one job keeps asked for */
+#define WARM_SAVE_EVERY  64      /* objects between progress saves */
+#define WARM_RETRY_SECS  10      /* a job whose model cannot be opened */
+#define WARM_MAX_LIST    SHOAL_PROTO_MAX_KEYS
+
+enum { JOB_QUEUED = 0, JOB_RUNNING = 1, JOB_DONE = 2, JOB_FAILED = 3, JOB_CANCELLED = 4 };
+
+struct warm_job {
+    warm_job *next;
+    struct warm *W;
+    uint64_t id;
+    int      state;
+    char     spec[SHOAL_PROTO_MAX_STR + 1];
+    int      selection;
+    uint32_t a, b;
+    int32_t *pairs;                /* selection 4 (experts) or 3 (resolved) */
+    size_t   npairs;
+    model   *m;                    /* NULL until (re)opened */
+    objref  *items;
+    size_t   nitems, cursor;
+    waiter   w[WARM_WINDOW];
+    uint8_t  busy[WARM_WINDOW];
+    unsigned inflight;
+    uint64_t bytes_done, bytes_total;
+    uint32_t objs_done, objs_total, errors, since_save;
+    char     last_error[SHOAL_ERR_MSG_MAX];
+    int64_t  created_ms, finished_ms;
+};
+
+struct warm {
+    shoald   *d;
+    warm_job *jobs;
+    unsigned  njobs;
+    uint64_t  next_id;
+    char      dir[SHOAL_PATH_MAX];
+    struct event *ev_retry;
+};
+
+static void job_pump(struct warm *W, warm_job *j);
+
+/* ---- persistence ------------------------------------------------------------- */
+
+static void job_save(struct warm *W, warm_job *j)
+{
+    char path[SHOAL_PATH_MAX], name[64];
+    shoal_json *o = shoal_json_object(), *pairs = shoal_json_array();
+    shoal_buf out;
+    shoal_err err = { 0 };
+
+    if (!o || !pairs)
+        goto done;
+    shoal_json_set_int(o, "id", (int64_t)j->id);
+    shoal_json_set_str(o, "model", j->spec);
+    shoal_json_set_int(o, "selection", j->selection);
+    shoal_json_set_int(o, "a", j->a);
+    shoal_json_set_int(o, "b", j->b);
+    shoal_json_set_int(o, "state", j->state);
+    shoal_json_set_int(o, "objects_done", j->objs_done);
+    shoal_json_set_int(o, "objects_total", j->objs_total);
+    shoal_json_set_int(o, "bytes_done", (int64_t)j->bytes_done);
+    shoal_json_set_int(o, "bytes_total", (int64_t)j->bytes_total);
+    shoal_json_set_int(o, "errors", j->errors);
+    shoal_json_set_str(o, "last_error", j->last_error);
+    shoal_json_set_int(o, "created_ms", j->created_ms);
+    shoal_json_set_int(o, "finished_ms", j->finished_ms);
+    for (size_t i = 0; j->selection == 4 && i < 2 * j->npairs; i++)
+        shoal_json_append_take(pairs, shoal_json_new_int(j->pairs[i]));
+    shoal_json_set_take(o, "pairs", pairs);
+    pairs = NULL;
+    shoal_buf_init(&out, 0);
+    snprintf(name, sizeof name, "%llu.json", (unsigned long long)j->id);
+    if (shoal_json_dump(o, 0, &out) == 0 && shoal_path_join(path, sizeof path, W->dir, name) == 0 &&
+        shoal_write_file_atomic(path, out.data, out.len, &err) != 0)
+        LOG_WARN("warm", "saving job %llu: %s", (unsigned long long)j->id, err.msg);
+    shoal_buf_free(&out);
+done:
+    shoal_json_free(pairs);
+    shoal_json_free(o);
+    j->since_save = 0;
+}
+
+static void job_free(struct warm *W, warm_job *j)
+{
+    for (unsigned i = 0; i < WARM_WINDOW; i++)
+        if (j->busy[i])
+            sched_detach(W->d->sched, &j->w[i]);
+    if (j->m)
+        model_release(W->d, j->m);
+    free(j->items);
+    free(j->pairs);
+    free(j);
+}
+
+/* ---- the object list ------------------------------------------------------------ */
+
+typedef struct heat {
+    int32_t layer, expert;
+    uint64_t n;
+} heat;
+
+static int heat_row(const cache_stats_row *r, void *ctx)
+{
+    shoal_buf *b = ctx;
+    heat h = { r->layer, r->expert, r->counts.hits + r->counts.misses + r->counts.joins };
+    if (r->tier == CACHE_TIER_DISK || r->tier == CACHE_TIER_RAM)
+        return shoal_buf_append(b, &h, sizeof h) ? 1 : 0;
+    return 0;
+}
+
+static int heat_cmp(const void *a, const void *b)
+{
+    const heat *x = a, *y = b;
+    return x->n < y->n ? 1 : x->n > y->n ? -1 : 0;
+}
+
+/* Selection 3: the N experts with the most requests (both tiers). */
+static int top_pairs(struct warm *W, warm_job *j, shoal_err *err)
+{
+    shoal_buf b;
+    heat *h;
+    size_t n, k = 0;
+    int rc;
+
+    shoal_buf_init(&b, 0);
+    rc = cache_stats_query(W->d->cache, CACHE_STATS_EXPERT, j->m->model_id, heat_row, &b, err);
+    if (rc) {
+        shoal_buf_free(&b);
+        return rc;
+    }
+    h = (heat *)b.data;
+    n = b.len / sizeof *h;
+    qsort(h, n, sizeof *h, heat_cmp);
+    /* a (layer, expert) counted in two tiers appears twice: merge-free
+     * approximation is fine for choosing, duplicates are dropped below. */
+    free(j->pairs);
+    j->pairs = calloc(2 * (n ? n : 1), sizeof *j->pairs);
+    if (!j->pairs) {
+        shoal_buf_free(&b);
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n && k < j->a; i++) {
+        int dup = 0;
+        for (size_t q = 0; q < k && !dup; q++)
+            dup = j->pairs[2 * q] == h[i].layer && j->pairs[2 * q + 1] == h[i].expert;
+        if (dup || !manifest_expert_find(j->m->man, (uint32_t)h[i].layer, (uint32_t)h[i].expert))
+            continue;
+        j->pairs[2 * k] = h[i].layer;
+        j->pairs[2 * k + 1] = h[i].expert;
+        k++;
+    }
+    j->npairs = k;
+    shoal_buf_free(&b);
+    return 0;
+}
+
+static int job_build(struct warm *W, warm_job *j, shoal_err *err)
+{
+    fetch_selection sel = { 0, 0, 0, -1, -1, NULL, 0 };
+    fetch_item *it = NULL;
+    size_t n = 0;
+    int rc;
+
+    switch (j->selection) {
+    case 0: sel.spine = sel.small = sel.all_experts = 1; break;
+    case 1: sel.spine = sel.small = 1; break;
+    case 2:
+        if (j->a > j->b)
+            return shoal_err_set(err, SHOAL_EINVAL, "layers %u..%u: the first is after the last",
+                                 j->a, j->b);
+        sel.layer_first = (int32_t)j->a;
+        sel.layer_last = (int32_t)j->b;
+        break;
+    case 3:
+        rc = top_pairs(W, j, err);
+        if (rc)
+            return rc;
+        sel.pairs = j->pairs;
+        sel.npairs = j->npairs;
+        break;
+    default:
+        sel.pairs = j->pairs;
+        sel.npairs = j->npairs;
+    }
+    rc = fetch_select(j->m->man, &sel, &it, &n, err);
+    if (rc)
+        return rc;
+    free(j->items);
+    j->items = calloc(n ? n : 1, sizeof *j->items);
+    if (!j->items) {
+        free(it);
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    }
+    j->bytes_total = 0;
+    for (size_t i = 0; i < n; i++) {
+        objref *o = &j->items[i];
+        o->key.etag = j->m->man->files[it[i].file].etag;
+        o->key.offset = it[i].offset;
+        o->key.length = it[i].length;
+        o->kind = it[i].kind;
+        o->file = it[i].file;
+        o->layer = it[i].layer;
+        o->expert = it[i].expert;
+        o->tensor = it[i].tensor;
+        j->bytes_total += it[i].length;
+    }
+    free(it);
+    j->nitems = n;
+    j->objs_total = (uint32_t)n;
+    j->cursor = 0;
+    j->objs_done = 0;
+    j->bytes_done = 0;
+    j->errors = 0;
+    return 0;
+}
+
+/* ---- running ------------------------------------------------------------------------- */
+
+static void job_finish(struct warm *W, warm_job *j)
+{
+    j->state = j->errors && j->objs_done == 0 && j->nitems ? JOB_FAILED : JOB_DONE;
+    j->finished_ms = shoal_wall_ms();
+    LOG_INFO("warm", "job %llu %s: %u of %u objects, %llu bytes, %u errors",
+             (unsigned long long)j->id, j->state == JOB_DONE ? "done" : "failed", j->objs_done,
+             j->objs_total, (unsigned long long)j->bytes_done, j->errors);
+    job_save(W, j);
+    if (j->m) {
+        model_release(W->d, j->m);
+        j->m = NULL;
+    }
+    free(j->items);
+    j->items = NULL;
+}
+
+static void job_pump(struct warm *W, warm_job *j)
+{
+    shoald *d = W->d;
+    while (j->state == JOB_RUNNING && j->inflight < WARM_WINDOW && j->cursor < j->nitems) {
+        const objref *o = &j->items[j->cursor++];
+        shoal_err err = { 0 };
+        cache_obj obj;
+        unsigned s = 0;
+
+        if (!sched_find(d->sched, &o->key) && cache_lookup(d->cache, &o->key, NULL, &obj, NULL) == 0) {
+            close(obj.fd);
+            j->objs_done++;
+            j->bytes_done += o->key.length;
+            continue;
+        }
+        while (j->busy[s])
+            s++;
+        memset(&j->w[s], 0, sizeof j->w[s]);
+        j->w[s].job = j;
+        j->w[s].prio = PRIO_WARM;
+        j->busy[s] = 1;
+        j->inflight++;
+        if (sched_attach(d->sched, j->m, o, &j->w[s], &err) != 0) {
+            j->busy[s] = 0;
+            j->inflight--;
+            j->errors++;
+            snprintf(j->last_error, sizeof j->last_error, "%s", err.msg);
+        }
+    }
+    if (j->state == JOB_RUNNING && j->inflight == 0 && j->cursor >= j->nitems)
+        job_finish(W, j);
+    else if (j->since_save >= WARM_SAVE_EVERY)
+        job_save(W, j);
+}
+
+void warm_waiter_done(warm_job *j, waiter *w, int rc, const char *msg, uint64_t bytes)
+{
+    unsigned s = (unsigned)(w - j->w);
+    j->busy[s] = 0;
+    j->inflight--;
+    j->since_save++;
+    if (rc == 0) {
+        j->objs_done++;
+        j->bytes_done += bytes;
+    } else {
+        j->errors++;
+        snprintf(j->last_error, sizeof j->last_error, "%s", msg ? msg : shoal_strerror(rc));
+    }
+    job_pump(j->W, j);
+}
+
+/* Open the job's model and build its list; on failure retry later. */
+static void job_begin(struct warm *W, warm_job *j)
+{
+    shoal_err err = { 0 };
+    if (!j->m && model_acquire(W->d, j->spec, &j->m, &err) != 0) {
+        struct timeval tv = { WARM_RETRY_SECS, 0 };
+        snprintf(j->last_error, sizeof j->last_error, "%s", err.msg);
+        LOG_WARN("warm", "job %llu: cannot open %s (retrying in %d s): %s",
+                 (unsigned long long)j->id, j->spec, WARM_RETRY_SECS, err.msg);
+        event_add(W->ev_retry, &tv);
+        return;
+    }
+    if (job_build(W, j, &err) != 0) {
+        j->errors++;
+        snprintf(j->last_error, sizeof j->last_error, "%s", err.msg);
+        j->state = JOB_FAILED;
+        job_save(W, j);
+        return;
+    }
+    j->state = JOB_RUNNING;
+    job_save(W, j);
+    job_pump(W, j);
+}
+
+static void warm_on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    struct warm *W = arg;
+    (void)fd;
+    (void)what;
+    for (warm_job *j = W->jobs; j; j = j->next)
+        if (j->state == JOB_QUEUED)
+            job_begin(W, j);
+}
+
+static warm_job *job_alloc(struct warm *W, uint64_t id, const char *spec)
+{
+    warm_job *j;
+    if (W->njobs >= DAEMON_JOBS_MAX) {
+        /* Forget the oldest finished job. */
+        warm_job **pp, **old = NULL;
+        for (pp = &W->jobs; *pp; pp = &(*pp)->next)
+            if ((*pp)->state >= JOB_DONE)
+                old = pp;
+        if (!old)
+            return NULL;
+        j = *old;
+        *old = j->next;
+        W->njobs--;
+        job_free(W, j);
+    }
+    j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->W = W;
+    j->id = id;
+    snprintf(j->spec, sizeof j->spec, "%s", spec);
+    j->created_ms = shoal_wall_ms();
+    j->next = W->jobs;
+    W->jobs = j;
+    W->njobs++;
+    if (id >= W->next_id)
+        W->next_id = id + 1;
+    return j;
+}
+
+int warm_start(struct warm *W, model *m, int selection, uint32_t a, uint32_t b,
+               const shoal_key *keys, size_t nkeys, uint64_t *job, shoal_err *err)
+{
+    warm_job *j;
+
+    if (selection == 4) {
+        for (size_t i = 0; i < nkeys; i++)
+            if (keys[i].kind != SHOAL_KEY_EXPERT)
+                return shoal_err_set(err, SHOAL_EUNSUPPORTED,
+                                     "WARM lists name experts only (key %zu does not): warm "
+                                     "tensors and files with selection 1", i);
+    }
+    j = job_alloc(W, W->next_id, m->spec);
+    if (!j)
+        return shoal_err_set(err, SHOAL_EBUSY, "%d warm jobs are running: wait for one to end",
+                             DAEMON_JOBS_MAX);
+    j->selection = selection;
+    j->a = a;
+    j->b = b;
+    if (selection == 4) {
+        j->pairs = calloc(2 * nkeys + 1, sizeof *j->pairs);
+        if (!j->pairs)
+            return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+        for (size_t i = 0; i < nkeys; i++) {
+            j->pairs[2 * i] = keys[i].layer;
+            j->pairs[2 * i + 1] = (int32_t)keys[i].expert;
+        }
+        j->npairs = nkeys;
+    }
+    j->m = m;
+    m->refs++;
+    *job = j->id;
+    LOG_INFO("warm", "job %llu: %s selection %d (%u, %u)", (unsigned long long)j->id, m->spec,
+             selection, a, b);
+    job_begin(W, j);
+    return 0;
+}
+
+int warm_status(struct warm *W, uint64_t id, uint8_t *state, uint64_t *bytes_done,
+                uint64_t *bytes_total, uint32_t *objs_done, uint32_t *objs_total,
+                uint32_t *errors, char *last_error, size_t cap)
+{
+    for (warm_job *j = W->jobs; j; j = j->next) {
+        if (j->id != id)
+            continue;
+        *state = (uint8_t)j->state;
+        *bytes_done = j->bytes_done;
+        *bytes_total = j->bytes_total;
+        *objs_done = j->objs_done;
+        *objs_total = j->objs_total;
+        *errors = j->errors;
+        snprintf(last_error, cap, "%s", j->last_error);
+        return 0;
+    }
+    return SHOAL_ENOTFOUND;
+}
+
+void warm_save_all(struct warm *W)
+{
+    for (warm_job *j = W->jobs; j; j = j->next)
+        if (j->state < JOB_DONE)
+            job_save(W, j);
+}
+
+/* ---- loading ------------------------------------------------------------------------- */
+
+static void job_load(struct warm *W, const char *path)
+{
+    shoal_err err = { 0 };
+    shoal_json *o = shoal_json_load_file(path, 1u << 20, &err);
+    const char *spec = NULL, *last = NULL;
+    int64_t id = 0, v = 0;
+    shoal_json *pairs;
+    warm_job *j;
+
+    if (!o || shoal_json_int(o, "id", &id, &err) || shoal_json_str(o, "model", &spec, &err)) {
+        LOG_WARN("warm", "ignoring job file %s: %s", path, err.msg);
+        shoal_json_free(o);
+        return;
+    }
+    j = job_alloc(W, (uint64_t)id, spec);
+    if (!j) {
+        shoal_json_free(o);
+        return;
+    }
+#define GETI(key, field) do { if (shoal_json_int(o, key, &v, NULL) == 0) field = v; } while (0)
+    GETI("selection", j->selection);
+    GETI("a", j->a);
+    GETI("b", j->b);
+    GETI("state", j->state);
+    GETI("objects_done", j->objs_done);
+    GETI("objects_total", j->objs_total);
+    GETI("bytes_done", j->bytes_done);
+    GETI("bytes_total", j->bytes_total);
+    GETI("errors", j->errors);
+    GETI("created_ms", j->created_ms);
+    GETI("finished_ms", j->finished_ms);
+#undef GETI
+    if (shoal_json_str(o, "last_error", &last, NULL) == 0)
+        snprintf(j->last_error, sizeof j->last_error, "%s", last);
+    pairs = shoal_json_get(o, "pairs");
+    if (j->selection == 4 && pairs) {
+        size_t n = shoal_json_array_size(pairs) / 2;
+        j->pairs = calloc(2 * n + 1, sizeof *j->pairs);
+        for (size_t i = 0; j->pairs && i < 2 * n; i++)
+            j->pairs[i] = (int32_t)shoal_json_int_value(shoal_json_array_at(pairs, i));
+        j->npairs = j->pairs ? n : 0;
+    }
+    if (j->selection < 0 || j->selection > 4)
+        j->state = JOB_FAILED;
+    if (j->state < JOB_DONE)
+        j->state = JOB_QUEUED;   /* resumed by warm_resume_all */
+    shoal_json_free(o);
+}
+
+int warm_new(shoald *d, struct warm **out, shoal_err *err)
+{
+    struct warm *W = calloc(1, sizeof *W);
+    DIR *dir;
+    struct dirent *e;
+    int rc;
+
+    *out = NULL;
+    if (!W)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    W->d = d;
+    W->next_id = 1;
+    if (shoal_path_join(W->dir, sizeof W->dir, d->cfg.home, "jobs") != 0) {
+        free(W);
+        return shoal_err_set(err, SHOAL_ETOOBIG, "home path too long");
+    }
+    rc = shoal_mkdir_p(W->dir, 0700, err);
+    W->ev_retry = rc ? NULL : event_new(d->base, -1, 0, warm_on_retry, W);
+    if (rc || !W->ev_retry) {
+        free(W);
+        return rc ? rc : shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    }
+    dir = opendir(W->dir);
+    while (dir && (e = readdir(dir)) != NULL) {
+        char path[SHOAL_PATH_MAX];
+        size_t n = strlen(e->d_name);
+        if (n < 6 || strcmp(e->d_name + n - 5, ".json") != 0)
+            continue;
+        if (shoal_path_join(path, sizeof path, W->dir, e->d_name) == 0)
+            job_load(W, path);
+    }
+    if (dir)
+        closedir(dir);
+    *out = W;
+    return 0;
+}
+
+void warm_resume_all(struct warm *W)
+{
+    for (warm_job *j = W->jobs; j; j = j->next) {
+        if (j->state == JOB_QUEUED) {
+            LOG_INFO("warm", "resuming job %llu (%s): %u of %u objects were done",
+                     (unsigned long long)j->id, j->spec, j->objs_done, j->objs_total);
+            job_begin(W, j);
+        }
+    }
+}
+
+void warm_free(struct warm *W)
+{
+    if (!W)
+        return;
+    while (W->jobs) {
+        warm_job *j = W->jobs;
+        W->jobs = j->next;
+        job_free(W, j);
+    }
+    if (W->ev_retry)
+        event_free(W->ev_retry);
+    free(W);
+}
+
+unsigned warm_running(const struct warm *W)
+{
+    unsigned n = 0;
+    for (const warm_job *j = W->jobs; j; j = j->next)
+        n += j->state < JOB_DONE;
+    return n;
+}
+
+void warm_stats_json(struct warm *W, void *json_array)
+{
+    shoal_json *arr = json_array;
+    for (warm_job *j = W->jobs; j; j = j->next) {
+        shoal_json *o = shoal_json_object();
+        static const char *const names[] = { "queued", "running", "done", "failed", "cancelled" };
+        if (!o)
+            return;
+        shoal_json_set_int(o, "id", (int64_t)j->id);
+        shoal_json_set_str(o, "model", j->spec);
+        shoal_json_set_str(o, "state", names[j->state >= 0 && j->state <= 4 ? j->state : 3]);
+        shoal_json_set_int(o, "objects_done", j->objs_done);
+        shoal_json_set_int(o, "objects_total", j->objs_total);
+        shoal_json_set_int(o, "bytes_done", (int64_t)j->bytes_done);
+        shoal_json_set_int(o, "bytes_total", (int64_t)j->bytes_total);
+        shoal_json_set_int(o, "errors", j->errors);
+        shoal_json_set_str(o, "last_error", j->last_error);
+        shoal_json_append_take(arr, o);
+    }
+}

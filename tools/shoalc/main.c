@@ -1,0 +1,470 @@
+/* main.c — shoalc: a small test and development client of shoald.
+ *
+ * Speaks to the daemon only through common/client.h, as an engine does:
+ * opens a model, GETs keys (experts "L:E", tensors "t:NAME", files
+ * "f:PATH", or N random experts), maps each descriptor, touches every
+ * page, optionally compares the bytes with the model directory (--check,
+ * using the manifest the daemon handed over), and prints one line per item
+ * and a summary of hits, misses and joins.  Also WARM (with --wait), JOB,
+ * STATS, VERIFY, GC, REPORT and PIN.  The CLI users run is `shoal` (a
+ * later issue); this is for tests, the demo and benchmarks.
+ */
+#include "common/client.h"
+#include "common/json.h"
+#include "common/manifest.h"
+#include "common/path.h"
+#include "common/sys.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+"usage: shoalc [--home DIR | --socket PATH] COMMAND ...\n"
+"\n"
+"  get MODEL KEY...      KEY: L:E (expert), t:NAME (spine tensor), f:PATH (file)\n"
+"  random MODEL N        N random experts (--seed S)\n"
+"  warm MODEL all|spine|layers:A-B|top:N|L:E,L:E...   [--wait]\n"
+"  job ID | stats [MODEL] | verify [MODEL] | gc SIZE | report JSON\n"
+"  pin MODEL KEY... | unpin MODEL KEY...\n"
+"\n"
+"get/random options:\n"
+"  --prefetch            priority prefetch (default demand)\n"
+"  --batch N             keys per GET (default 1024)\n"
+"  --check DIR           compare every item with the model directory\n"
+"  --quiet               no line per item, only the summary\n"
+"  --disconnect-after K  close the connection after K items (tests)\n"
+"  --cancel              send CANCEL right after each GET (with --prefetch)\n"
+"\n"
+"Summary line: \"hits H misses M joins J errors E bytes B checked C\".\n");
+}
+
+typedef struct run {
+    shoal_client *c;
+    int prio, wait, cancel;
+    size_t batch;
+    long disconnect_after;
+    unsigned long seed;
+    shoal_key *keys;
+    size_t nkeys;
+    shoal_buf out;
+    const char   *check_dir;
+    manifest     *man;
+    int quiet;
+    uint64_t hits, misses, joins, errors, bytes, checked, mismatched;
+} run;
+
+static int parse_key(const char *s, shoal_key *k)
+{
+    unsigned long l, e;
+    char *end;
+    memset(k, 0, sizeof *k);
+    if (strncmp(s, "t:", 2) == 0 || strncmp(s, "f:", 2) == 0) {
+        k->kind = s[0] == 't' ? SHOAL_KEY_TENSOR : SHOAL_KEY_FILE;
+        k->name = s + 2;
+        k->name_len = (uint16_t)strlen(s + 2);
+        return k->name_len ? 0 : -1;
+    }
+    l = strtoul(s, &end, 10);
+    if (*end != ':')
+        return -1;
+    e = strtoul(end + 1, &end, 10);
+    if (*end || l > UINT16_MAX || e > UINT32_MAX)
+        return -1;
+    k->kind = SHOAL_KEY_EXPERT;
+    k->layer = (uint16_t)l;
+    k->expert = (uint32_t)e;
+    return 0;
+}
+
+/* Where the key's bytes are in the directory: file path and offset. */
+static int key_source(const manifest *m, const shoal_key *k, const char **file, uint64_t *off,
+                      uint64_t *len)
+{
+    char name[SHOAL_PROTO_MAX_STR + 1];
+    if (k->kind == SHOAL_KEY_EXPERT) {
+        const manifest_expert *e = manifest_expert_find(m, k->layer, k->expert);
+        if (!e)
+            return -1;
+        *file = m->files[e->file].path;
+        *off = e->offset;
+        *len = m->expert_bytes;
+        return 0;
+    }
+    memcpy(name, k->name, k->name_len);
+    name[k->name_len] = '\0';
+    if (k->kind == SHOAL_KEY_TENSOR) {
+        const manifest_tensor *t = manifest_tensor_find(m, name);
+        if (!t)
+            return -1;
+        *file = m->files[t->file].path;
+        *off = t->offset;
+        *len = t->length;
+        return 0;
+    }
+    {
+        long f = manifest_file_find(m, name);
+        if (f < 0)
+            return -1;
+        *file = m->files[f].path;
+        *off = 0;
+        *len = m->files[f].size;
+    }
+    return 0;
+}
+
+/* Map the item, touch every page, compare with the directory if asked. */
+static void key_print(const shoal_key *k, char *out, size_t cap)
+{
+    if (k->kind == SHOAL_KEY_EXPERT)
+        snprintf(out, cap, "%u:%u", k->layer, k->expert);
+    else
+        snprintf(out, cap, "%c:%.*s", k->kind == SHOAL_KEY_TENSOR ? 't' : 'f', (int)k->name_len,
+                 k->name);
+}
+
+static void item_use(run *r, const shoal_item *it, const shoal_key *k)
+{
+    char kname[256];
+    static const char *const src[] = { "hit", "miss", "join" };
+    const uint8_t *p = NULL;
+    volatile uint8_t sink = 0;
+    shoal_view view = { 0 };
+    int ok = 1;
+
+    key_print(k, kname, sizeof kname);
+    if (it->status != 0) {
+        r->errors++;
+        if (!r->quiet)
+            printf("item %u %s error %s (%d)\n", it->index, kname, shoal_err_name(it->status),
+                   it->status);
+        return;
+    }
+    if (it->source == SHOAL_SRC_HIT)
+        r->hits++;
+    else if (it->source == SHOAL_SRC_MISS)
+        r->misses++;
+    else
+        r->joins++;
+    r->bytes += it->length;
+    if (it->length) {
+        if (shoal_item_map(it, 0, &view, NULL) == 0) {
+            p = view.data;
+        } else {
+            r->errors++;
+            ok = 0;
+        }
+    }
+    if (p) {
+        for (uint64_t i = 0; i < it->length; i += 4096)
+            sink ^= p[i];
+        (void)sink;
+    }
+    if (p && r->check_dir && r->man) {
+        const char *file;
+        uint64_t off, len;
+        char path[SHOAL_PATH_MAX];
+        uint8_t *want = NULL;
+        int fd = -1;
+        ok = key_source(r->man, k, &file, &off, &len) == 0 && len == it->length &&
+             shoal_path_join(path, sizeof path, r->check_dir, file) == 0 &&
+             (want = malloc(len ? len : 1)) != NULL && (fd = open(path, O_RDONLY)) >= 0 &&
+             shoal_pread_all(fd, want, len, (off_t)off) == 0 && memcmp(want, p, len) == 0;
+        if (fd >= 0)
+            close(fd);
+        free(want);
+        r->checked++;
+        if (!ok)
+            r->mismatched++;
+    }
+    shoal_item_release((shoal_item *)it, &view);
+    if (!r->quiet)
+        printf("item %u %s %s length %" PRIu64 "%s\n", it->index, kname, src[it->source % 3],
+               it->length,
+               r->check_dir ? (ok ? " ok" : " MISMATCH") : "");
+}
+
+static int open_model(run *r, const char *model, uint32_t *handle, shoal_err *err)
+{
+    shoal_model_info mi;
+    int rc = shoal_client_open(r->c, model, &mi, err);
+    if (rc)
+        return rc;
+    *handle = mi.handle;
+    {
+        uint8_t *p = malloc(mi.manifest_len ? mi.manifest_len : 1);
+        rc = p ? shoal_pread_all(mi.manifest_fd, p, mi.manifest_len, 0) : SHOAL_ENOMEM;
+        if (rc == 0)
+            rc = manifest_decode(p, mi.manifest_len, &r->man, err);
+        free(p);
+    }
+    close(mi.manifest_fd);
+    return rc;
+}
+
+static int do_get(run *r, uint32_t handle, const shoal_key *keys, size_t n, shoal_err *err)
+{
+    size_t batch = r->batch;
+    long disconnect_after = r->disconnect_after;
+    int prio = r->prio, cancel = r->cancel;
+    size_t done = 0;
+    long seen = 0;
+    while (done < n) {
+        size_t b = n - done < batch ? n - done : batch, got = 0;
+        uint64_t req;
+        int rc = shoal_client_get_send(r->c, handle, prio, keys + done, b, &req, err);
+        if (rc)
+            return rc;
+        if (cancel && (rc = shoal_client_cancel(r->c, req, err)) != 0)
+            return rc;
+        while (got < b) {
+            shoal_item it;
+            rc = shoal_client_next(r->c, 60000, &it, err);
+            if (rc)
+                return rc;
+            if (it.index == UINT16_MAX)
+                return it.status;
+            item_use(r, &it, &keys[done + it.index]);
+            got++;
+            if (disconnect_after >= 0 && ++seen >= disconnect_after)
+                return 1;
+        }
+        done += b;
+    }
+    return 0;
+}
+
+static int warm_parse(const char *s, int *sel, uint32_t *a, uint32_t *b)
+{
+    unsigned long x, y;
+    char *end;
+    *a = *b = 0;
+    if (strcmp(s, "all") == 0)
+        *sel = SHOAL_WARM_ALL;
+    else if (strcmp(s, "spine") == 0)
+        *sel = SHOAL_WARM_SPINE;
+    else if (strncmp(s, "layers:", 7) == 0) {
+        x = strtoul(s + 7, &end, 10);
+        if (*end != '-')
+            return -1;
+        y = strtoul(end + 1, &end, 10);
+        if (*end)
+            return -1;
+        *sel = SHOAL_WARM_LAYERS;
+        *a = (uint32_t)x;
+        *b = (uint32_t)y;
+    } else if (strncmp(s, "top:", 4) == 0) {
+        *sel = SHOAL_WARM_TOP;
+        *a = (uint32_t)strtoul(s + 4, NULL, 10);
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+static int do_warm(run *r, uint32_t handle, const char *what, int wait, shoal_err *err)
+{
+    int sel, rc;
+    uint32_t a, b;
+    uint64_t job;
+    shoal_job_status st;
+
+    if (warm_parse(what, &sel, &a, &b) != 0)
+        return shoal_err_set(err, SHOAL_EINVAL, "warm: cannot read %s", what);
+    rc = shoal_client_warm(r->c, handle, sel, a, b, &job, err);
+    if (rc)
+        return rc;
+    printf("job %" PRIu64 "\n", job);
+    fflush(stdout);
+    while (wait) {
+        rc = shoal_client_job(r->c, job, &st, err);
+        if (rc)
+            return rc;
+        if (st.state >= 2) {
+            printf("job %" PRIu64 " state %u objects %u/%u bytes %" PRIu64 "/%" PRIu64
+                   " errors %u%s%s\n", job, st.state, st.objects_done, st.objects_total,
+                   st.bytes_done, st.bytes_total, st.errors, st.last_error[0] ? " last: " : "",
+                   st.last_error);
+            return st.state == 2 && st.errors == 0 ? 0 : SHOAL_EIO;
+        }
+        usleep(50000);
+    }
+    return 0;
+}
+
+static void print_json(const shoal_buf *b)
+{
+    fwrite(b->data, 1, b->len, stdout);
+    putchar('\n');
+}
+
+/* Run one command on a connected client. */
+static int command(run *r, const char **args, int nargs, shoal_err *err)
+{
+    uint32_t handle = 0;
+    int rc = 0;
+
+    if ((strcmp(args[0], "get") == 0 || strcmp(args[0], "random") == 0 ||
+         strcmp(args[0], "warm") == 0 || strcmp(args[0], "pin") == 0 ||
+         strcmp(args[0], "unpin") == 0) && nargs >= 3) {
+        rc = open_model(r, args[1], &handle, err);
+        if (rc)
+            return rc;
+    }
+    if ((strcmp(args[0], "get") == 0 || strcmp(args[0], "pin") == 0 ||
+         strcmp(args[0], "unpin") == 0) && nargs >= 3) {
+        r->keys = calloc((size_t)nargs, sizeof *r->keys);
+        for (int i = 2; r->keys && i < nargs; i++)
+            if (parse_key(args[i], &r->keys[r->nkeys++]) != 0) {
+                rc = shoal_err_set(err, SHOAL_EINVAL, "cannot read key %s", args[i]);
+                return rc;
+            }
+        if (args[0][0] == 'g')
+            rc = do_get(r, handle, r->keys, r->nkeys, err);
+        else
+            rc = shoal_client_pin(r->c, handle, args[0][0] == 'p', r->keys, r->nkeys, err);
+    } else if (strcmp(args[0], "random") == 0 && nargs == 3) {
+        size_t n = strtoul(args[2], NULL, 10);
+        uint64_t s = r->seed * 0x9e3779b97f4a7c15ull + 1;
+        r->keys = calloc(n ? n : 1, sizeof *r->keys);
+        if (!r->man || r->man->nexperts == 0) {
+            rc = shoal_err_set(err, SHOAL_ENOTFOUND, "the model has no experts");
+            return rc;
+        }
+        for (size_t i = 0; r->keys && i < n; i++) {
+            const manifest_expert *e;
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            e = &r->man->experts[s % r->man->nexperts];
+            r->keys[i] = (shoal_key){ SHOAL_KEY_EXPERT, (uint16_t)e->layer, e->id, NULL, 0 };
+        }
+        r->nkeys = n;
+        rc = r->keys ? do_get(r, handle, r->keys, r->nkeys, err) : SHOAL_ENOMEM;
+    } else if (strcmp(args[0], "warm") == 0 && nargs == 3) {
+        rc = do_warm(r, handle, args[2], r->wait, err);
+    } else if (strcmp(args[0], "job") == 0 && nargs == 2) {
+        shoal_job_status st;
+        rc = shoal_client_job(r->c, strtoull(args[1], NULL, 10), &st, err);
+        if (rc == 0)
+            printf("state %u objects %u/%u bytes %" PRIu64 "/%" PRIu64 " errors %u\n", st.state,
+                   st.objects_done, st.objects_total, st.bytes_done, st.bytes_total, st.errors);
+    } else if (strcmp(args[0], "stats") == 0) {
+        char q[SHOAL_PROTO_MAX_STR];
+        if (nargs >= 2)
+            snprintf(q, sizeof q, "{\"model\":\"%s\"}", args[1]);
+        else
+            snprintf(q, sizeof q, "{}");
+        rc = shoal_client_stats(r->c, q, &r->out, err);
+        if (rc == 0)
+            print_json(&r->out);
+    } else if (strcmp(args[0], "verify") == 0) {
+        rc = shoal_client_verify(r->c, nargs >= 2 ? args[1] : "", 1, &r->out, err);
+        if (rc == 0)
+            print_json(&r->out);
+    } else if (strcmp(args[0], "gc") == 0 && nargs == 2) {
+        uint64_t max = 0;
+        if (shoal_size_parse(args[1], &max) != 0)
+            rc = shoal_err_set(err, SHOAL_EINVAL, "gc: cannot read size %s", args[1]);
+        else if ((rc = shoal_client_gc(r->c, max, &r->out, err)) == 0)
+            print_json(&r->out);
+    } else if (strcmp(args[0], "report") == 0 && nargs == 2) {
+        rc = shoal_client_report(r->c, args[1], err);
+    } else {
+        usage(stderr);
+        rc = 2;
+    }
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    shoal_client_opts co = { 0 };
+    shoal_err err = { 0 };
+    run r = { 0 };
+    const char *args[4096];
+    int nargs = 0, rc;
+    char home[SHOAL_PATH_MAX];
+    shoal_env env;
+
+    r.batch = SHOAL_PROTO_MAX_KEYS;
+    r.disconnect_after = -1;
+    r.seed = 1;
+    shoal_buf_init(&r.out, 0);
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int more = i + 1 < argc;
+        if (strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--home") == 0 && more) {
+            co.home = argv[++i];
+        } else if (strcmp(a, "--socket") == 0 && more) {
+            co.socket_path = argv[++i];
+        } else if (strcmp(a, "--prefetch") == 0) {
+            r.prio = 1;
+        } else if (strcmp(a, "--wait") == 0) {
+            r.wait = 1;
+        } else if (strcmp(a, "--cancel") == 0) {
+            r.cancel = 1;
+        } else if (strcmp(a, "--quiet") == 0) {
+            r.quiet = 1;
+        } else if (strcmp(a, "--check") == 0 && more) {
+            r.check_dir = argv[++i];
+        } else if (strcmp(a, "--batch") == 0 && more) {
+            r.batch = strtoul(argv[++i], NULL, 10);
+        } else if (strcmp(a, "--seed") == 0 && more) {
+            r.seed = strtoul(argv[++i], NULL, 10);
+        } else if (strcmp(a, "--disconnect-after") == 0 && more) {
+            r.disconnect_after = strtol(argv[++i], NULL, 10);
+        } else if (a[0] == '-' && a[1] == '-') {
+            fprintf(stderr, "shoalc: unknown option %s\n", a);
+            return 2;
+        } else if (nargs < (int)(sizeof args / sizeof args[0])) {
+            args[nargs++] = a;
+        }
+    }
+    if (nargs < 1 || r.batch == 0 || r.batch > SHOAL_PROTO_MAX_KEYS) {
+        usage(stderr);
+        return 2;
+    }
+    if (!co.home && !co.socket_path) {
+        shoal_env_capture(&env);
+        if (shoal_home_resolve(&env, NULL, home, sizeof home, &err) != 0) {
+            fprintf(stderr, "shoalc: %s\n", err.msg);
+            return 1;
+        }
+        co.home = home;
+    }
+    co.name = "shoalc";
+    rc = shoal_client_connect(&co, &r.c, &err);
+    if (rc) {
+        fprintf(stderr, "shoalc: %s\n", err.msg);
+        return 1;
+    }
+    rc = command(&r, args, nargs, &err);
+    if (rc == 1)   /* --disconnect-after: leave without waiting */
+        rc = 0;
+    if (r.nkeys || strcmp(args[0], "random") == 0)
+        printf("hits %" PRIu64 " misses %" PRIu64 " joins %" PRIu64 " errors %" PRIu64
+               " bytes %" PRIu64 " checked %" PRIu64 " mismatched %" PRIu64 "\n", r.hits,
+               r.misses, r.joins, r.errors, r.bytes, r.checked, r.mismatched);
+    if (rc < 0)
+        fprintf(stderr, "shoalc: %s\n", err.msg[0] ? err.msg : shoal_strerror(rc));
+    free(r.keys);
+    manifest_free(r.man);
+    shoal_buf_free(&r.out);
+    shoal_client_close(r.c);
+    if (rc == 2)
+        return 2;
+    return rc < 0 || r.mismatched || (r.errors && r.nkeys) ? 1 : 0;
+}
