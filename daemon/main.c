@@ -8,6 +8,7 @@
  * the parts are built and torn down.  docs/daemon.md is the user's page.
  */
 #include "daemon/daemon_int.h"
+#include "common/hfenv.h"
 #include "common/log.h"
 #include "common/sys.h"
 #include "common/version.h"
@@ -98,54 +99,6 @@ static int parse_args(int argc, char **argv, opts *o)
     return 0;
 }
 
-/* The token as huggingface_hub finds it (specs/hf-hub.md §2), or NULL.
- * Caller frees. */
-static char *token_find(void)
-{
-    const char *v = getenv("HF_HUB_DISABLE_IMPLICIT_TOKEN");
-    const char *names[] = { "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN" };
-    char path[SHOAL_PATH_MAX];
-    shoal_buf b;
-    char *tok = NULL;
-    size_t s, e;
-
-    if (v && (strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0))
-        return NULL;
-    shoal_buf_init(&b, 64 * 1024);
-    for (size_t i = 0; i < 2; i++) {
-        v = getenv(names[i]);
-        if (v && v[0]) {
-            shoal_buf_append_str(&b, v);
-            goto strip;
-        }
-    }
-    if ((v = getenv("HF_TOKEN_PATH")) && v[0])
-        snprintf(path, sizeof path, "%s", v);
-    else if ((v = getenv("HF_HOME")) && v[0])
-        snprintf(path, sizeof path, "%s/token", v);
-    else if ((v = getenv("XDG_CACHE_HOME")) && v[0])
-        snprintf(path, sizeof path, "%s/huggingface/token", v);
-    else if ((v = getenv("HOME")) && v[0])
-        snprintf(path, sizeof path, "%s/.cache/huggingface/token", v);
-    else
-        return NULL;
-    if (shoal_read_file(path, 64 * 1024, &b, NULL) != 0) {
-        shoal_buf_free(&b);
-        return NULL;
-    }
-strip:
-    for (s = 0, e = b.len; s < e && isspace(b.data[s]); s++)
-        ;
-    while (e > s && isspace(b.data[e - 1]))
-        e--;
-    if (e > s && (tok = malloc(e - s + 1)) != NULL) {
-        memcpy(tok, b.data + s, e - s);
-        tok[e - s] = '\0';
-    }
-    shoal_buf_free(&b);
-    return tok;
-}
-
 /* ---- signals and timers --------------------------------------------------------- */
 
 static void daemon_stop(shoald *d, const char *why)
@@ -194,10 +147,12 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
 static int config_build(const opts *o, daemon_config *cfg, shoal_err *err)
 {
     shoal_env env;
+    shoal_hf_env hfe;
     char *end;
     int n;
 
     shoal_env_capture(&env);
+    shoal_hf_env_capture(&hfe);
     if (shoal_home_resolve(&env, o->home, cfg->home, sizeof cfg->home, err) != 0)
         return err->code;
     if (shoal_mkdir_p(cfg->home, 0700, err) != 0)
@@ -222,7 +177,7 @@ static int config_build(const opts *o, daemon_config *cfg, shoal_err *err)
     if (o->max_size && shoal_size_parse(o->max_size, &cfg->max_size) != 0)
         return shoal_err_set(err, SHOAL_EINVAL, "--max-size: cannot read %s (try 200G)",
                              o->max_size);
-    cfg->endpoint = getenv("HF_ENDPOINT");
+    cfg->endpoint = hfe.endpoint;
     if (cfg->endpoint && !cfg->endpoint[0])
         cfg->endpoint = NULL;
     cfg->flush_ms = 1000;
@@ -393,7 +348,11 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    token = token_find();
+    {
+        shoal_hf_env hfe;
+        shoal_hf_env_capture(&hfe);
+        token = shoal_hf_token(&hfe);
+    }
     d.cfg.token = token;
     if (daemon_open(&d, &err) != 0) {
         LOG_ERROR("shoald", "%s", err.msg);
