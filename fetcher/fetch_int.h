@@ -68,6 +68,10 @@ int up_read(fetch_upstream *u, const char *path, uint64_t off, size_t len, void 
 long up_backoff_ms(fetch_upstream *u, int attempt, long hint_s);
 
 /* Path of a file inside the local directory into out.  0 or ETOOBIG. */
+/* The endpoint that names the model in the cache and the manifest: the
+ * Hub's URL, or "" for a local directory (UP_LOCAL_ENDPOINT stays the
+ * upstream's own scheme for file records). */
+const char *up_model_endpoint(const fetch_upstream *u);
 int up_local_path(const fetch_upstream *u, const char *path, char *out, size_t cap);
 
 #endif

@@ -346,7 +346,7 @@ static int build(fetch_upstream *u, manifest **out, shoal_err *err)
     b.m = manifest_new();
     if (!b.m)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
-    rc = manifest_set_model(b.m, u->local ? "" : u->endpoint, u->spec.repo, u->spec.revision,
+    rc = manifest_set_model(b.m, up_model_endpoint(u), u->spec.repo, u->spec.revision,
                             u->commit, err);
     rc = rc ? rc : read_whole(u, b.m, "config.json", MANIFEST_CONFIG_MAX, &cfg_bytes, &cfg_len, err);
     rc = rc ? rc : manifest_set_config(b.m, cfg_bytes, cfg_len, err);
@@ -456,7 +456,7 @@ static void store(fetch_upstream *u, cache *c, const manifest *m)
     manifest_key_etag(u, etag, sizeof etag);
     rc = manifest_encode(m, &b, &e);
     key = (cache_key){ etag, 0, b.len };
-    names.endpoint = u->endpoint;
+    names.endpoint = up_model_endpoint(u);
     names.repo = u->spec.repo;
     names.revision = u->spec.revision;
     names.commit = u->commit;

@@ -218,6 +218,11 @@ int up_resolve(fetch_upstream *u, const char *path, int force, up_file **out, sh
     return 0;
 }
 
+const char *up_model_endpoint(const fetch_upstream *u)
+{
+    return u->local ? "" : u->endpoint;
+}
+
 int up_local_path(const fetch_upstream *u, const char *path, char *out, size_t cap)
 {
     int n = snprintf(out, cap, "%s/%s", u->dir, path);
@@ -533,7 +538,7 @@ int fetch_upstream_open(const fetch_options *o, cache *c, fetch_upstream **out, 
     if (rc == 0 && c) {
         int64_t id;
         shoal_err e;
-        if (cache_model_put(c, u->endpoint, u->spec.repo, u->spec.revision, u->commit, &id, &e))
+        if (cache_model_put(c, up_model_endpoint(u), u->spec.repo, u->spec.revision, u->commit, &id, &e))
             LOG_WARN("fetch", "recording the model: %s", e.msg);
     }
     if (rc) {

@@ -154,7 +154,7 @@ static int obj_open(fetch_session *s, obj *o, shoal_err *err)
 
     if (o->done)
         return 1;
-    names.endpoint = s->u->endpoint;
+    names.endpoint = m->endpoint;   /* the model as the manifest (and the daemon) name it */
     names.repo = m->repo;
     names.revision = m->revision;
     names.commit = m->commit;
