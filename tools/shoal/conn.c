@@ -92,3 +92,12 @@ void cli_model_spec(const char *arg, char *out, size_t cap)
     }
     snprintf(out, cap, "%s", arg);
 }
+
+void cli_json_print(const shoal_json *j)
+{
+    shoal_buf out;
+    shoal_buf_init(&out, 0);
+    shoal_json_dump(j, SHOAL_JSON_PRETTY, &out);
+    printf("%s\n", out.data ? (const char *)out.data : "");
+    shoal_buf_free(&out);
+}

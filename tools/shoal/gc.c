@@ -68,11 +68,7 @@ int cmd_gc(shoal_cli *cli, int argc, char **argv)
     if (rc)
         return cli_fail(rc, &err);
     if (json) {
-        shoal_buf out;
-        shoal_buf_init(&out, 0);
-        shoal_json_dump(j, SHOAL_JSON_PRETTY, &out);
-        printf("%s\n", out.data ? (const char *)out.data : "");
-        shoal_buf_free(&out);
+        cli_json_print(j);
     } else {
         /* shoald's own GC answer names its fields differently. */
         int64_t freed = jint(j, "freed", jint(j, "removed_bytes", 0));
@@ -304,11 +300,7 @@ int cmd_rm(shoal_cli *cli, int argc, char **argv)
     if (rc)
         return cli_fail(rc, &err);
     if (json) {
-        shoal_buf out;
-        shoal_buf_init(&out, 0);
-        shoal_json_dump(j, SHOAL_JSON_PRETTY, &out);
-        printf("%s\n", out.data ? (const char *)out.data : "");
-        shoal_buf_free(&out);
+        cli_json_print(j);
     } else {
         shoal_json *ms = shoal_json_get(j, "models");
         for (size_t i = 0; ms && i < shoal_json_array_size(ms); i++) {

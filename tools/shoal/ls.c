@@ -89,11 +89,7 @@ int cmd_ls(shoal_cli *cli, int argc, char **argv)
         rc = SHOAL_EFORMAT;
     if (rc == 0) {
         if (json) {
-            shoal_buf out;
-            shoal_buf_init(&out, 0);
-            shoal_json_dump(j, SHOAL_JSON_PRETTY, &out);
-            printf("%s\n", out.data ? (const char *)out.data : "");
-            shoal_buf_free(&out);
+            cli_json_print(j);
         } else {
             print_models(j);
         }

@@ -66,6 +66,8 @@ int  cli_fail(int rc, const shoal_err *err);
  * becomes its absolute path, other specs are kept.  out holds
  * SHOAL_PATH_MAX bytes. */
 void cli_model_spec(const char *arg, char *out, size_t cap);
+/* Print a JSON document, pretty, on stdout (the --json output). */
+void cli_json_print(const shoal_json *j);
 
 /* ---- fmt.c ---- */
 #define FMT_MAX 64

@@ -25,11 +25,7 @@ static int print_result(const shoal_json *j, int json)
     int64_t dbad = jint(j, "deep.bad", 0);
 
     if (json) {
-        shoal_buf out;
-        shoal_buf_init(&out, 0);
-        shoal_json_dump(j, SHOAL_JSON_PRETTY, &out);
-        printf("%s\n", out.data ? (const char *)out.data : "");
-        shoal_buf_free(&out);
+        cli_json_print(j);
     } else {
         printf("Checked %s objects (%s): %lld bad%s, %lld missing\n",
                fmt_count((uint64_t)jint(j, "checked", 0), a),
