@@ -154,9 +154,11 @@ tests-build: all $(UNIT_BINS)
 
 # `make test` installs what is missing first, then re-enters make so that
 # pkg-config sees the freshly installed packages.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
 test:
 	@scripts/deps.sh --if-missing
-	@$(MAKE) --no-print-directory tests-build
+	@$(MAKE) --no-print-directory -j$(JOBS) tests-build
 	@BUILD=$(BUILD) BIN=$(BIN) tests/run.sh
 
 unit integration:
@@ -165,12 +167,12 @@ unit integration:
 
 demo:
 	@scripts/deps.sh --if-missing
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@scripts/demo.sh
 
 asan:
 	@scripts/deps.sh --if-missing
-	@$(MAKE) --no-print-directory tests-build BUILD=build-asan BIN=build-asan/bin OPT=-O1 \
+	@$(MAKE) --no-print-directory -j$(JOBS) tests-build BUILD=build-asan BIN=build-asan/bin OPT=-O1 \
 	    SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 	@BUILD=build-asan BIN=build-asan/bin ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 SHOAL_ASAN=1 tests/run.sh
