@@ -9,6 +9,7 @@
 #include "common/version.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -369,13 +370,31 @@ int shoal_client_get_send(shoal_client *c, uint32_t handle, int priority,
     return rc ? client_fail(c, rc, err) : 0;
 }
 
-int shoal_client_next(shoal_client *c, int timeout_ms, shoal_item *out, shoal_err *err)
+/* Bytes waiting on the socket (or a dead connection, which next() reports)? */
+static int sock_readable(shoal_client *c)
+{
+    struct pollfd pfd = { c->sock, POLLIN, 0 };
+    int r;
+    if (c->dead)
+        return 1;
+    do {
+        r = poll(&pfd, 1, 0);
+    } while (r < 0 && errno == EINTR);
+    return r != 0;
+}
+
+/* next() and poll_item(): nonblock returns 1 instead of waiting for a
+ * message that has not started arriving. */
+static int next_item(shoal_client *c, int timeout_ms, int nonblock, shoal_item *out,
+                     shoal_err *err)
 {
     for (;;) {
         shoal_msg_header h;
         int fd, queued, rc;
         if (queue_pop(c, out))
             return 0;
+        if (nonblock && !sock_readable(c))
+            return 1;
         rc = client_recv(c, timeout_ms, &h, &fd, &queued, err);
         if (rc == SHOAL_ETIMEOUT)
             return shoal_err_set(err, rc, "no reply from shoald within %d ms", timeout_ms);
@@ -402,6 +421,16 @@ int shoal_client_next(shoal_client *c, int timeout_ms, shoal_item *out, shoal_er
             continue;
         return client_fail(c, SHOAL_EPROTO, err);
     }
+}
+
+int shoal_client_next(shoal_client *c, int timeout_ms, shoal_item *out, shoal_err *err)
+{
+    return next_item(c, timeout_ms, 0, out, err);
+}
+
+int shoal_client_poll_item(shoal_client *c, shoal_item *out, shoal_err *err)
+{
+    return next_item(c, c->call_timeout_ms, 1, out, err);
 }
 
 int shoal_item_map(const shoal_item *it, int populate, shoal_view *out, shoal_err *err)

@@ -96,6 +96,11 @@ int shoal_client_get_send(shoal_client *c, uint32_t handle, int priority,
  * SHOAL_ETIMEOUT when none came. */
 int shoal_client_next(shoal_client *c, int timeout_ms, shoal_item *out, shoal_err *err);
 
+/* The next GET item if one is queued or has started arriving, without
+ * waiting for one that has not: 0 with *out, 1 when none is there yet, or
+ * the negative codes of shoal_client_next. */
+int shoal_client_poll_item(shoal_client *c, shoal_item *out, shoal_err *err);
+
 /* Cancel a GET's prefetches (items not yet sent come back ECANCELED). */
 int shoal_client_cancel(shoal_client *c, uint64_t request, shoal_err *err);
 

@@ -21,12 +21,13 @@
 #include "common/buf.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/path.h"
 #include "engine/chat.h"
 #include "engine/commands.h"
 #include "engine/generate.h"
 
 typedef struct prompt_opts {
-    const char *model, *prompt, *system, *effort;
+    const char *model, *prompt, *system, *effort, *home;
     int chat, think, stats;
     long max_tokens, seed, threads, chunk;
     int has_seed, spine_f32;
@@ -51,7 +52,8 @@ static void usage(FILE *f)
           "  --stats             prompt/reuse/speed figures on stderr\n"
           "  --threads N         compute threads (default: online cores)\n"
           "  --chunk N           prefill chunk size (default 16)\n"
-          "  --spine int8|f32    spine numerics (default int8)\n", f);
+          "  --spine int8|f32    spine numerics (default int8)\n"
+          "  --home DIR          shoald's cache directory for an hf:// MODEL\n", f);
 }
 
 static int num(const char *s, double lo, double hi, double *out)
@@ -103,6 +105,7 @@ static int parse_args(int argc, char **argv, prompt_opts *o)
         if (strcmp(a, "--prompt") == 0) o->prompt = val;
         else if (strcmp(a, "--system") == 0) o->system = val;
         else if (strcmp(a, "--effort") == 0) o->effort = val;
+        else if (strcmp(a, "--home") == 0) o->home = val;
         else if (strcmp(a, "--spine") == 0 && (strcmp(val, "f32") == 0 || strcmp(val, "int8") == 0))
             o->spine_f32 = strcmp(val, "f32") == 0;
         else if (strcmp(a, "--temperature") == 0 && num(val, 0, 2, &o->temperature) == 0) ;
@@ -205,10 +208,21 @@ int engine_cmd_prompt(int argc, char **argv)
     tokenizer_ids ids = { 0 };
     out_ctx oc;
     shoal_err err = { 0 };
+    char home[SHOAL_PATH_MAX];
     int rc;
 
     if ((rc = parse_args(argc, argv, &o)) != 0)
         return rc == 1 ? 0 : 2;
+    if (strncmp(o.model, "hf://", 5) == 0) {
+        shoal_env env;
+        shoal_env_capture(&env);
+        if (shoal_home_resolve(&env, o.home, home, sizeof home, &err) != 0) {
+            fprintf(stderr, "run: %s: no cache directory for shoald: %s (use --home)\n",
+                    o.model, err.msg);
+            return 1;
+        }
+        mo.home = home;
+    }
     mo.threads = (int)o.threads;
     mo.chunk = (size_t)o.chunk;
     mo.spine_f32 = o.spine_f32;

@@ -26,10 +26,12 @@
 #include "common/err.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/path.h"
 #include "common/sys.h"
 #include "engine/commands.h"
 #include "engine/expert_source.h"
 #include "engine/model.h"
+#include "engine/remote.h"
 #include "engine/session.h"
 
 typedef struct run_opts {
@@ -42,6 +44,13 @@ typedef struct run_opts {
     long threads, chunk;
     int experts;                 /* -1: by spine */
     engine_model_options mopt;
+    const char *home;            /* --home: shoald's cache for hf:// models */
+    long timeout_ms;             /* --timeout: per shoald item */
+    uint64_t expert_ram;         /* --expert-ram */
+    int expert_ram_set;
+    int page_cache;              /* --page-cache (expert_page_cache) */
+    int no_prefetch;             /* --prefetch on|score|off: 0, 1, 2 */
+    double cutoff;               /* --prefetch-cutoff */
 } run_opts;
 
 static void usage(FILE *f)
@@ -51,7 +60,8 @@ static void usage(FILE *f)
           "Greedy generation from comma-separated token ids; prints the generated\n"
           "ids space-separated as the last line of stdout.\n"
           "\n"
-          "  MODEL               a local model directory (hf://... needs shoald)\n"
+          "  MODEL               a local model directory, or hf://org/name[@rev]\n"
+          "                      read through a running shoald\n"
           "  --tokens IDS        prompt, e.g. 1,2,3 (no BOS is added)\n"
           "  --max-tokens N      tokens to generate (default 16)\n"
           "  --stop-at-eos       stop after eos_token_id\n"
@@ -66,7 +76,18 @@ static void usage(FILE *f)
           "                      (default fast with the int8 spine, exact with f32)\n"
           "  --alog per-head|per-channel   KDA A_log indexing (default per-head)\n"
           "  --mla-eps E         MLA latent RMSNorm epsilon (default 1e-6)\n"
-          "  --l2 fla|max        KDA L2 norm form (default fla)\n", f);
+          "  --l2 fla|max        KDA L2 norm form (default fla)\n"
+          "  --home DIR          shoald's cache directory for hf:// models (default\n"
+          "                      $SHOAL_HOME, else $XDG_CACHE_HOME/shoal, else ~/.cache/shoal)\n"
+          "  --timeout MS        give up on shoald after MS ms without an answer (default 60000)\n"
+          "  --expert-ram SIZE   hf://: experts kept in RAM, e.g. 8G, 0 for none\n"
+          "                      (default: half of MemAvailable after the spine)\n"
+          "  --page-cache keep|dontneed|direct   hf://: how expert reads treat the page\n"
+          "                      cache (default: dontneed when the experts do not fit\n"
+          "                      --expert-ram, else keep; docs/performance.md)\n"
+          "  --prefetch on|score|off   hf://: router lookahead prefetches (default on;\n"
+          "                      score measures recall without sending)\n"
+          "  --prefetch-cutoff R recall under which a layer stops prefetching (default 0.5)\n", f);
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out)
@@ -115,6 +136,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
     o->chunk = 16;
     o->threads = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
     o->experts = -1;
+    o->page_cache = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int takes = 1;
@@ -136,7 +158,29 @@ static int parse_args(int argc, char **argv, run_opts *o)
             if (parse_long(val, 1, 256, &o->threads)) goto bad;
         } else if (strcmp(a, "--chunk") == 0) {
             if (parse_long(val, 1, 4096, &o->chunk)) goto bad;
-        } else if (strcmp(a, "--dump-logits") == 0) o->dump_logits = val;
+        } else if (strcmp(a, "--timeout") == 0) {
+            if (parse_long(val, 1, 86400000L, &o->timeout_ms)) goto bad;
+        } else if (strcmp(a, "--home") == 0) o->home = val;
+        else if (strcmp(a, "--expert-ram") == 0) {
+            if (shoal_size_parse(val, &o->expert_ram) != 0) goto bad;
+            o->expert_ram_set = 1;
+        } else if (strcmp(a, "--page-cache") == 0) {
+            if (strcmp(val, "keep") == 0) o->page_cache = EXPERT_PC_KEEP;
+            else if (strcmp(val, "dontneed") == 0) o->page_cache = EXPERT_PC_DONTNEED;
+            else if (strcmp(val, "direct") == 0) o->page_cache = EXPERT_PC_DIRECT;
+            else goto bad;
+        } else if (strcmp(a, "--prefetch") == 0) {
+            if (strcmp(val, "on") == 0) o->no_prefetch = 0;
+            else if (strcmp(val, "score") == 0) o->no_prefetch = 1;
+            else if (strcmp(val, "off") == 0) o->no_prefetch = 2;
+            else goto bad;
+        } else if (strcmp(a, "--prefetch-cutoff") == 0) {
+            char *end;
+            errno = 0;
+            o->cutoff = strtod(val, &end);
+            if (errno || end == val || *end || !(o->cutoff > 0 && o->cutoff <= 1)) goto bad;
+        }
+        else if (strcmp(a, "--dump-logits") == 0) o->dump_logits = val;
         else if (strcmp(a, "--dump-hidden") == 0) o->dump_hidden = val;
         else if (strcmp(a, "--spine") == 0) {
             if (strcmp(val, "int8") == 0) o->mopt.spine = ENGINE_SPINE_INT8;
@@ -241,6 +285,8 @@ typedef struct gen_out {
     float *logits;       /* [n][V] when dumping */
     double prefill_ms, load_ms;
     double *step_ms;     /* [n]: prefill for 0, decode after */
+    double *wait_ms;     /* [n]: of which waiting for experts */
+    uint64_t prefill_loads, prefill_uses;
 } gen_out;
 
 static int32_t argmax(const float *x, size_t n)
@@ -263,6 +309,8 @@ static int generate(const run_opts *o, engine_session *s, const engine_model *m,
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     for (long step = 0; step < o->max_tokens; step++) {
         uint64_t t0 = shoal_now_ns();
+        engine_session_stats b, a;
+        engine_session_stats_get(s, &b);
         if (step == 0)
             rc = engine_session_run(s, o->tokens, o->n_tokens, logits, err);
         else
@@ -270,8 +318,13 @@ static int generate(const run_opts *o, engine_session *s, const engine_model *m,
         if (rc != 0)
             break;
         g->step_ms[g->n] = (double)(shoal_now_ns() - t0) / 1e6;
-        if (step == 0)
+        engine_session_stats_get(s, &a);
+        g->wait_ms[g->n] = (double)(a.wait_ns - b.wait_ns) / 1e6;
+        if (step == 0) {
             g->prefill_ms = g->step_ms[0];
+            g->prefill_loads = a.expert_loads - b.expert_loads;
+            g->prefill_uses = a.expert_uses - b.expert_uses;
+        }
         if (g->logits)
             memcpy(g->logits + g->n * v, logits, v * sizeof *logits);
         g->ids[g->n++] = argmax(logits, v);
@@ -287,8 +340,30 @@ static int generate(const run_opts *o, engine_session *s, const engine_model *m,
     return rc;
 }
 
+static void print_recall(const engine_session *s, const engine_model *m,
+                         const expert_source_stats *es)
+{
+    fprintf(stderr, "stats: prefetch: %" PRIu64 " experts guessed, %" PRIu64 " used (%" PRIu64
+            " in before their layer asked); RAM tier %" PRIu64 " experts resident (%.1f MiB, "
+            "quota %" PRIu64 " per layer)\n", es->prefetch_sent, es->prefetch_used,
+            es->prefetch_early, es->ram_resident, (double)es->ram_bytes / 1048576.0, es->ram_quota);
+    fprintf(stderr, "stats: recall per MoE layer (lookahead / previous token; sent):");
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) {
+        engine_layer_recall r;
+        static const char *pick[] = { "none", "lookahead", "previous" };
+        if (!m->cfg.layers[l].moe)
+            continue;
+        engine_session_recall(s, (int)l, &r);
+        fprintf(stderr, " L%lld %.2f/%.2f %s;", (long long)l,
+                r.look_total ? (double)r.look_hits / (double)r.look_total : 0.0,
+                r.prev_total ? (double)r.prev_hits / (double)r.prev_total : 0.0,
+                r.look_total || r.prev_total ? pick[r.predictor] : "-");
+    }
+    fputc('\n', stderr);
+}
+
 static void print_stats(const run_opts *o, const gen_out *g, const engine_session *s,
-                        const expert_source *src)
+                        const expert_source *src, const engine_model *m)
 {
     engine_session_stats st;
     expert_source_stats es;
@@ -298,17 +373,24 @@ static void print_stats(const run_opts *o, const gen_out *g, const engine_sessio
             g->prefill_ms);
     for (size_t i = 1; i < g->n; i++)
         fprintf(stderr, "%s%.2f", i == 1 ? "\nstats: per-token ms: " : " ", g->step_ms[i]);
+    for (size_t i = 1; i < g->n; i++)
+        fprintf(stderr, "%s%.2f/%.2f", i == 1 ? "\nstats: per-token compute/waiting ms: " : " ",
+                g->step_ms[i] - g->wait_ms[i], g->wait_ms[i]);
     fprintf(stderr, "\nstats: experts %" PRIu64 " loads (%" PRIu64 " token-expert uses) in %" PRIu64
             " MoE layer runs, %.1f MiB read;", st.expert_loads, st.expert_uses, st.moe_calls,
             (double)es.bytes / 1048576.0);
     for (int t = 0; t < EXPERT_TIER_COUNT; t++)
         fprintf(stderr, " %s %" PRIu64, expert_tier_name((expert_tier)t), es.hits[t]);
+    fprintf(stderr, "\nstats: prefill loaded %" PRIu64 " distinct experts for %" PRIu64
+            " token-expert uses (each expert of a chunk once)", g->prefill_loads, g->prefill_uses);
     double tot = (double)st.total_ns / 1e6;
     fprintf(stderr, "\nstats: time %.1f ms: spine %.1f, experts %.1f, attention %.1f, waiting %.1f, "
             "other %.1f; per MoE layer %.3f ms\n", tot, (double)st.spine_ns / 1e6,
             (double)st.expert_ns / 1e6, (double)st.attn_ns / 1e6, (double)st.wait_ns / 1e6,
             tot - (double)(st.spine_ns + st.expert_ns + st.attn_ns + st.wait_ns) / 1e6,
             st.moe_calls ? (double)st.moe_ns / 1e6 / (double)st.moe_calls : 0.0);
+    if (m->cfg.n_moe_layers > 0)
+        print_recall(s, m, &es);
 }
 
 static int print_json(const run_opts *o, const gen_out *g)
@@ -356,6 +438,7 @@ static int run_model(run_opts *o, shoal_err *err)
 {
     kernels_pool *pool = kernels_pool_new((int)o->threads);
     engine_model *m = NULL;
+    engine_remote *remote = NULL;
     expert_source *src = NULL;
     engine_session *s = NULL;
     hidden_sink hs = { 0 };
@@ -366,8 +449,18 @@ static int run_model(run_opts *o, shoal_err *err)
     if (!pool)
         return shoal_err_set(err, SHOAL_ENOMEM, "cannot start %ld threads", o->threads);
     o->mopt.pool = pool;
-    if ((rc = engine_model_open(o->model, &o->mopt, &m, err)) != 0)
+    if (engine_remote_is_spec(o->model)) {
+        engine_remote_options ro = { .home = o->home, .timeout_ms = (int)o->timeout_ms,
+                                     .expert_ram = o->expert_ram,
+                                     .expert_ram_set = o->expert_ram_set,
+                                     .page_cache = (expert_page_cache)o->page_cache,
+                                     .page_cache_set = o->page_cache >= 0 };
+        if ((rc = engine_remote_open(o->model, &ro, &o->mopt, &remote, err)) != 0)
+            goto done;
+        m = engine_remote_model(remote);
+    } else if ((rc = engine_model_open(o->model, &o->mopt, &m, err)) != 0) {
         goto done;
+    }
     g.load_ms = (double)(shoal_now_ns() - t0) / 1e6;
     for (size_t i = 0; i < o->n_tokens; i++)
         if (o->tokens[i] < 0 || o->tokens[i] >= m->cfg.vocab) {
@@ -375,7 +468,9 @@ static int run_model(run_opts *o, shoal_err *err)
                                (int)o->tokens[i], (long long)m->cfg.vocab);
             goto done;
         }
-    if (!(src = expert_source_local_new(m))) {
+    if (remote)
+        src = engine_remote_source(remote);
+    else if (!(src = expert_source_local_new(m))) {
         rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
         goto done;
     }
@@ -383,6 +478,7 @@ static int run_model(run_opts *o, shoal_err *err)
         .experts = o->experts >= 0 ? (kernels_numerics)o->experts
                    : o->mopt.spine == ENGINE_SPINE_F32 ? KERNELS_EXACT : KERNELS_FAST,
         .chunk = (size_t)o->chunk, .pool = pool, .src = src,
+        .no_prefetch = o->no_prefetch, .prefetch_cutoff = o->cutoff,
     };
     if (o->dump_hidden) {
         hs.layers = (int)m->cfg.n_layers;
@@ -394,9 +490,10 @@ static int run_model(run_opts *o, shoal_err *err)
     }
     g.ids = calloc((size_t)o->max_tokens + 1, sizeof *g.ids);
     g.step_ms = calloc((size_t)o->max_tokens + 1, sizeof *g.step_ms);
+    g.wait_ms = calloc((size_t)o->max_tokens + 1, sizeof *g.wait_ms);
     if (o->dump_logits)
         g.logits = calloc((size_t)o->max_tokens * (size_t)m->cfg.vocab + 1, sizeof *g.logits);
-    if (!g.ids || !g.step_ms || (o->dump_logits && !g.logits) || (o->dump_hidden && !hs.data)) {
+    if (!g.ids || !g.step_ms || !g.wait_ms || (o->dump_logits && !g.logits) || (o->dump_hidden && !hs.data)) {
         rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
         goto done;
     }
@@ -414,7 +511,7 @@ static int run_model(run_opts *o, shoal_err *err)
             goto done;
     }
     if (o->stats)
-        print_stats(o, &g, s, src);
+        print_stats(o, &g, s, src, m);
     if (o->json) {
         rc = print_json(o, &g) == 0 ? 0 : shoal_err_set(err, SHOAL_ENOMEM, "cannot build the JSON");
     } else {
@@ -424,12 +521,17 @@ static int run_model(run_opts *o, shoal_err *err)
     }
 done:
     engine_session_free(s);
-    expert_source_free(src);
-    engine_model_free(m);
+    if (remote) {
+        engine_remote_free(remote);     /* owns the model and the source */
+    } else {
+        expert_source_free(src);
+        engine_model_free(m);
+    }
     kernels_pool_free(pool);
     free(hs.data);
     free(g.ids);
     free(g.step_ms);
+    free(g.wait_ms);
     free(g.logits);
     return rc;
 }
@@ -438,6 +540,7 @@ int engine_cmd_run(int argc, char **argv)
 {
     run_opts o = { 0 };
     shoal_err err = { 0 };
+    char home[SHOAL_PATH_MAX];
     int rc;
 
     /* text prompts are cmd_prompt.c's */
@@ -450,11 +553,16 @@ int engine_cmd_run(int argc, char **argv)
         free(o.tokens);
         return rc == 1 ? 0 : rc;
     }
-    if (strncmp(o.model, "hf://", 5) == 0) {
-        fprintf(stderr, "run: %s: hf:// models are read through shoald, which is not built yet; "
-                "pass a local model directory\n", o.model);
-        free(o.tokens);
-        return 1;
+    if (engine_remote_is_spec(o.model)) {
+        shoal_env env;
+        shoal_env_capture(&env);
+        if (shoal_home_resolve(&env, o.home, home, sizeof home, &err) != 0) {
+            fprintf(stderr, "run: %s: no cache directory for shoald: %s (use --home)\n",
+                    o.model, err.msg);
+            free(o.tokens);
+            return 1;
+        }
+        o.home = home;
     }
     rc = run_model(&o, &err);
     free(o.tokens);

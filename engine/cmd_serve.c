@@ -25,11 +25,14 @@ static void usage(FILE *f)
 {
     fputs("usage: shoal-engine serve MODEL [options]\n"
           "\n"
-          "Serves MODEL (a local model directory) over an OpenAI-compatible HTTP API:\n"
+          "Serves MODEL (a local model directory, or hf://org/name[@rev] through a\n"
+          "running shoald) over an OpenAI-compatible HTTP API:\n"
           "GET /v1/models, POST /v1/chat/completions, POST /v1/completions,\n"
           "GET /health (and /v1/stats).  Stops cleanly on SIGINT or SIGTERM.\n"
           "\n"
           "  --host H            address to listen on (default 127.0.0.1)\n"
+          "  --home DIR          shoald's cache directory for an hf:// MODEL\n"
+          "                      (default $SHOAL_HOME, else the XDG cache)\n"
           "  --port P            port (default 8000; 0 picks a free one)\n"
           "  --api-key KEY       require 'Authorization: Bearer KEY' on /v1/*\n"
           "  --queue N           requests that may wait behind the running one\n"
@@ -69,8 +72,8 @@ int engine_cmd_serve(int argc, char **argv)
     gen_model gm;
     server_model sm;
     shoal_err err = { 0 };
-    const char *model = NULL;
-    char name[256];
+    const char *model = NULL, *home_flag = NULL;
+    char name[256], home[SHOAL_PATH_MAX];
     long v, cores = sysconf(_SC_NPROCESSORS_ONLN);
     shoal_log_level lvl = SHOAL_LOG_INFO;
     int rc;
@@ -100,6 +103,7 @@ int engine_cmd_serve(int argc, char **argv)
         }
         i++;
         if (strcmp(a, "--host") == 0) cfg.host = val;
+        else if (strcmp(a, "--home") == 0) home_flag = val;
         else if (strcmp(a, "--api-key") == 0) cfg.api_key = val;
         else if (strcmp(a, "--model-name") == 0) cfg.model_name = val;
         else if (strcmp(a, "--port") == 0 && parse_long(val, 0, 65535, &v) == 0) cfg.port = (int)v;
@@ -125,6 +129,16 @@ int engine_cmd_serve(int argc, char **argv)
         return 2;
     }
     shoal_log_set_level(lvl);
+    if (strncmp(model, "hf://", 5) == 0) {
+        shoal_env env;
+        shoal_env_capture(&env);
+        if (shoal_home_resolve(&env, home_flag, home, sizeof home, &err) != 0) {
+            fprintf(stderr, "serve: %s: no cache directory for shoald: %s (use --home)\n", model,
+                    err.msg);
+            return 1;
+        }
+        mo.home = home;
+    }
     if (!cfg.model_name) {
         char tmp[256];
         snprintf(tmp, sizeof tmp, "%s", model);

@@ -9,6 +9,7 @@
 
 struct expert_source {
     expert_source_ops ops;
+    expert_source_more_ops more;
     void *impl;
     expert_source_stats stats;
 };
@@ -21,6 +22,12 @@ const char *expert_tier_name(expert_tier t)
 
 expert_source *expert_source_new(const expert_source_ops *ops, void *impl)
 {
+    return expert_source_new_more(ops, NULL, impl);
+}
+
+expert_source *expert_source_new_more(const expert_source_ops *ops,
+                                      const expert_source_more_ops *more, void *impl)
+{
     expert_source *s = calloc(1, sizeof *s);
     if (!s) {
         if (ops->free)
@@ -28,6 +35,8 @@ expert_source *expert_source_new(const expert_source_ops *ops, void *impl)
         return NULL;
     }
     s->ops = *ops;
+    if (more)
+        s->more = *more;
     s->impl = impl;
     return s;
 }
@@ -85,6 +94,16 @@ int expert_source_fetch(expert_source *src, int layer, const int32_t *ids, size_
 void expert_source_stats_get(const expert_source *src, expert_source_stats *out)
 {
     *out = src->stats;
+    if (src->more.stats)
+        src->more.stats(src->impl, out);
+}
+
+int expert_source_request(expert_source *src, int layer, const int32_t *ids, size_t n,
+                          int prefetch, shoal_err *err)
+{
+    if (!src->more.request || n == 0)
+        return 0;
+    return src->more.request(src->impl, layer, ids, n, prefetch, err);
 }
 
 /* ---- local directory ------------------------------------------------------- */

@@ -12,12 +12,14 @@
  *   - local (expert_source_local_new): a bound local snapshot directory; the
  *     span points into the model's read-only mapping and every callback runs
  *     before fetch returns, in the order asked;
- *   - shoald (expert_source_shoald_new, DESIGN.md decision 9): one batched
- *     GET per call through common/client.h, mapping each returned
- *     descriptor and calling back as each arrives.  Untested until shoald
- *     exists.
+ *   - shoald (expert_source_shoald_new, DESIGN.md decision 9): batched
+ *     GETs through common/client.h, each returned descriptor mapped (or
+ *     read, per the page-cache policy) and called back as it arrives; it
+ *     holds the engine's RAM tier (experts kept mapped, a quota per layer,
+ *     least recently used out first) and the prefetches
+ *     (expert_source_request), and REPORTs RAM hits to shoald.
  *
- * Does not own routing, compute, nor the engine's own RAM tier.
+ * Does not own routing, compute, nor the predictions (layers.c).
  */
 #ifndef SHOAL_ENGINE_EXPERT_SOURCE_H
 #define SHOAL_ENGINE_EXPERT_SOURCE_H
@@ -53,6 +55,13 @@ typedef struct expert_source_stats {
     uint64_t bytes;                      /* their bytes */
     uint64_t hits[EXPERT_TIER_COUNT];    /* spans per tier */
     uint64_t wait_ns;                    /* time fetch spent not in callbacks */
+    /* filled by sources that prefetch / keep a RAM tier (0 otherwise) */
+    uint64_t prefetch_sent;              /* experts asked for as a guess */
+    uint64_t prefetch_used;              /* ... that a fetch then used */
+    uint64_t prefetch_early;             /* ... that were already in when fetched */
+    uint64_t ram_resident;               /* experts held in the RAM tier now */
+    uint64_t ram_bytes;                  /* their bytes */
+    uint64_t ram_quota;                  /* experts per MoE layer the tier may hold */
 } expert_source_stats;
 
 typedef struct expert_source expert_source;
@@ -65,9 +74,23 @@ typedef struct expert_source_ops {
     void (*free)(void *impl);
 } expert_source_ops;
 
+/* Optional operations (expert_source_new_more). */
+typedef struct expert_source_more_ops {
+    /* Start moving ids of `layer` towards the engine without
+     * waiting.  prefetch 1: a guess, at low priority and cancelled when the
+     * layer's own fetch comes; 0: the layer fetches exactly these next. */
+    int (*request)(void *impl, int layer, const int32_t *ids, size_t n, int prefetch,
+                   shoal_err *err);
+    /* Optional: add the source's own counters (prefetch_*, ram_*). */
+    void (*stats)(void *impl, expert_source_stats *out);
+} expert_source_more_ops;
+
 /* Wrap an implementation (taken: freed by expert_source_free).  NULL on no
  * memory (impl is then freed through ops->free). */
 expert_source *expert_source_new(const expert_source_ops *ops, void *impl);
+/* The same with the optional operations (more may be NULL). */
+expert_source *expert_source_new_more(const expert_source_ops *ops,
+                                      const expert_source_more_ops *more, void *impl);
 void expert_source_free(expert_source *src);
 
 /* Fetch ids[0..n) of MoE layer `layer`; fn runs once per delivered expert.
@@ -79,14 +102,33 @@ int expert_source_fetch(expert_source *src, int layer, const int32_t *ids, size_
 
 void expert_source_stats_get(const expert_source *src, expert_source_stats *out);
 
-/* The shoald source (UNTESTED until shoald exists): experts of the model
- * `handle` opened on `client` (both borrowed; one thread at a time uses
- * the client), expert_bytes from OPEN_OK.  An item that does not arrive
- * within timeout_ms (<= 0: 60 s) fails the fetch with SHOAL_ETIMEOUT, so a
- * dead daemon is an error, not a hang.  NULL on no memory. */
+/* See expert_source_more_ops.request; a no-op (0) for sources without it. */
+int expert_source_request(expert_source *src, int layer, const int32_t *ids, size_t n,
+                          int prefetch, shoal_err *err);
+
+/* How expert bytes read from shoald's cache treat the page cache. */
+typedef enum expert_page_cache {
+    EXPERT_PC_KEEP = 0,       /* mmap: pages stay cached after use */
+    EXPERT_PC_DONTNEED = 1,   /* mmap, then posix_fadvise(DONTNEED) once unmapped */
+    EXPERT_PC_DIRECT = 2      /* O_DIRECT pread into the engine's own buffer */
+} expert_page_cache;
+
+typedef struct expert_source_shoald_options {
+    uint64_t expert_bytes;    /* from OPEN_OK */
+    int n_layers, experts_per_layer, moe_layers;
+    uint64_t ram_bytes;       /* RAM tier budget over all MoE layers; 0: none */
+    expert_page_cache page_cache;
+    int timeout_ms;           /* per item; <= 0: 60 s */
+} expert_source_shoald_options;
+
+/* The shoald source: experts of the model `handle` opened on `client`
+ * (both borrowed; one thread at a time uses the client).  An item that does
+ * not arrive within timeout_ms fails the fetch with SHOAL_ETIMEOUT, and a
+ * daemon that goes away fails it with SHOAL_ENET, so a dead daemon is an
+ * error, not a hang.  NULL on no memory. */
 struct shoal_client;
 expert_source *expert_source_shoald_new(struct shoal_client *client, uint32_t handle,
-                                        uint64_t expert_bytes, int timeout_ms);
+                                        const expert_source_shoald_options *o);
 
 /* The local-directory source over a bound model (borrowed: must outlive the
  * source).  NULL on no memory. */

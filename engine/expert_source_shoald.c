@@ -1,136 +1,727 @@
 /* expert_source_shoald.c — the expert source backed by shoald (DESIGN.md
- * decision 9, docs/protocol.md): one batched GET per fetch, each GET_ITEM
- * mapped read-only from its descriptor and handed to the callback as it
- * arrives, so the MoE layer computes an expert while later ones are still
- * on their way.
+ * decision 9, docs/protocol.md, docs/performance.md).
  *
- * UNTESTED: written against common/client.h before shoald exists; no test
- * exercises it yet.  Owns the mapping of each item (unmapped and its
- * descriptor closed right after its callback).  Does not own the client
+ * Every expert of every MoE layer has a slot.  A slot is resident when its
+ * bytes are in the engine (a read-only mapping of the cache blob, or an
+ * O_DIRECT copy); requests in flight are GETs on the one client connection.
+ *
+ *   - request(prefetch 0): the MoE layer, right after routing, asks for the
+ *     experts it is about to use (one demand GET for those not resident or
+ *     already asked for) and then computes its shared experts while they
+ *     come; fetch() then calls back each expert the moment it is resident.
+ *   - request(prefetch 1): a guess for a later layer (layers.c predicts),
+ *     a priority-1 GET.  When that layer's real fetch comes, its open
+ *     prefetches are CANCELled (what shoald has not sent yet is dropped) and
+ *     whatever it still needs goes out as demand; shoald joins a transfer
+ *     the prefetch already started, so nothing moves twice upstream.
+ *   - the RAM tier: after a fetch, the layer keeps at most `quota` experts
+ *     resident (least recently used out first); an expert still resident at
+ *     its next use is a RAM hit, counted and REPORTed to shoald.
+ *
+ * Owns: slots, mappings and buffers, open GETs.  Does not own the client
  * connection nor the model handle (both borrowed).
  */
 #include "engine/expert_source.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/client.h"
+#include "common/log.h"
+#include "common/sys.h"
+
+typedef struct slot {
+    const uint8_t *data;       /* resident bytes, NULL when not */
+    void *base;                /* mapping (or aligned buffer for O_DIRECT) */
+    size_t maplen;
+    int fd;                    /* kept for DONTNEED until unload; -1 otherwise */
+    uint64_t offset;           /* of the object in fd */
+    uint64_t last_use;         /* fetch clock of the last use (LRU) */
+    uint64_t arrived;          /* fetch clock when it became resident */
+    int32_t status;            /* a failed demand item: its code, until fetched */
+    uint16_t inflight;         /* open GETs naming it */
+    uint8_t tier;              /* where its bytes came from (disk / network) */
+    uint8_t demand;            /* a demand GET for it is open */
+    uint8_t prefetched;        /* came through a prefetch, not used yet */
+    uint8_t kept;              /* survived a trim of its layer: the RAM tier holds it */
+    /* the read (io threads): data is set at arrival, the bytes are there
+     * once ready; io_rc its failure.  Guarded by the source's io mutex. */
+    int ready, io_rc;
+    int io_started;            /* a reader took it (later ring entries are stale) */
+    int io_fd;                 /* EXPERT_PC_DIRECT: the daemon's descriptor until read */
+    uint64_t io_off;
+} slot;
+
+/* Reader threads: the reads of every arrived expert run in parallel with
+ * each other and with the compute (one thread reading expert after expert
+ * reaches about half of what the disk gives to 8 readers). */
+#define IO_THREADS 8
+
+typedef struct io_ring {
+    slot **q;
+    size_t head, len, cap;
+} io_ring;
+
+typedef struct io_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    io_ring ring[2];           /* slots to read: [0] demand first, then [1] guesses */
+    int dactive;               /* demand reads running */
+    int stop, nth;
+    pthread_t th[IO_THREADS];
+} io_pool;
+
+typedef struct req {
+    uint64_t id;
+    int layer;
+    int prefetch;
+    int cancelled;
+    size_t n, left;
+    int32_t *ids;
+} req;
 
 typedef struct shoald_src {
     shoal_client *client;      /* borrowed */
-    uint32_t handle;           /* OPEN's handle, borrowed */
-    uint64_t expert_bytes;
-    int timeout_ms;            /* per item: a dead daemon is an error, not a hang */
+    uint32_t handle;
+    expert_source_shoald_options o;
+    size_t quota;              /* experts kept per layer */
+    slot *slots;               /* [n_layers][experts_per_layer] */
+    size_t *resident;          /* [n_layers] */
+    req *reqs;
+    size_t n_reqs, cap_reqs;
+    uint64_t clock;
+    long page;
+    /* counters */
+    uint64_t prefetch_sent, prefetch_used, prefetch_early;
+    uint64_t ram_hits, ram_misses, ram_bytes_hit, res_count, res_bytes;
+    uint64_t rep_hits, rep_misses, rep_bytes, last_report_ns;
+    io_pool io;
 } shoald_src;
 
-/* Map [offset, offset+length) of fd; base and maplen say what to munmap. */
-static const uint8_t *item_map(const shoal_item *it, void **base, size_t *maplen)
+static slot *slot_at(shoald_src *s, int layer, int32_t e)
 {
-    long page = sysconf(_SC_PAGESIZE);
-    uint64_t start = it->offset / (uint64_t)page * (uint64_t)page;
-    size_t len = (size_t)(it->offset - start + it->length);
-    void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, it->fd, (off_t)start);
-    if (p == MAP_FAILED)
-        return NULL;
-    *base = p;
-    *maplen = len;
-    return (const uint8_t *)p + (it->offset - start);
+    return &s->slots[(size_t)layer * (size_t)s->o.experts_per_layer + (size_t)e];
 }
 
-/* After a stop: cancel, then take the remaining items of the request so
- * their descriptors are closed and the connection stays in step. */
-static void drain(shoald_src *s, uint64_t request, size_t left)
+static void slot_unload(shoald_src *s, int layer, slot *sl)
 {
-    shoal_item it;
-    shoal_client_cancel(s->client, request, NULL);
-    while (left > 0 && shoal_client_next(s->client, s->timeout_ms, &it, NULL) == 0) {
-        if (it.fd >= 0)
-            close(it.fd);
-        if (it.request == request) {
-            left--;
-            if (it.last)
-                break;
+    if (!sl->data)
+        return;
+    if (s->o.page_cache == EXPERT_PC_DIRECT) {
+        free(sl->base);
+    } else {
+        munmap(sl->base, sl->maplen);
+        /* why: the blob's pages would otherwise stay cached and push the
+         * spine out of RAM on a memory-tight machine */
+        if (sl->fd >= 0)
+            posix_fadvise(sl->fd, (off_t)sl->offset, (off_t)s->o.expert_bytes,
+                          POSIX_FADV_DONTNEED);
+    }
+    if (sl->fd >= 0)
+        close(sl->fd);
+    if (sl->io_fd >= 0)
+        close(sl->io_fd);
+    sl->fd = sl->io_fd = -1;
+    sl->data = NULL;
+    sl->ready = 0;
+    sl->base = NULL;
+    sl->prefetched = 0;
+    s->resident[layer]--;
+    s->res_count--;
+    s->res_bytes -= s->o.expert_bytes;
+}
+
+/* O_DIRECT read of [off, off+len) of fd into buf (aligned, room for the
+ * rounded range): a fresh open file description (/proc/self/fd), so the
+ * daemon's descriptor keeps its flags.  Returns the data pointer in buf. */
+static const uint8_t *read_direct(int fd, uint64_t off, uint64_t len, uint8_t *buf, size_t cap)
+{
+    char path[64];
+    uint64_t start = off / 4096 * 4096;
+    int dfd;
+
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    dfd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (dfd < 0) {       /* a file system without O_DIRECT (tmpfs): read, then drop */
+        int rc = shoal_pread_all(fd, buf + (off - start), (size_t)len, (off_t)off);
+        posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+        return rc == 0 ? buf + (off - start) : NULL;
+    }
+    size_t got = 0;
+    while (got < cap) {
+        ssize_t r = pread(dfd, buf + got, cap - got, (off_t)(start + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(dfd);
+    return got >= off - start + len ? buf + (off - start) : NULL;
+}
+
+/* Read one slot's bytes: fault the mapping in (or the O_DIRECT read). */
+static int io_do(shoald_src *s, slot *sl)
+{
+    if (s->o.page_cache == EXPERT_PC_DIRECT) {
+        const uint8_t *d = read_direct(sl->io_fd, sl->io_off, s->o.expert_bytes, sl->base,
+                                       sl->maplen);
+        close(sl->io_fd);
+        sl->io_fd = -1;
+        return d ? 0 : SHOAL_EIO;
+    }
+    if (madvise(sl->base, sl->maplen, MADV_POPULATE_READ) != 0) {
+        volatile const uint8_t *p = sl->data;      /* kernels before 5.14 */
+        uint8_t sum = 0;
+        for (size_t i = 0; i < s->o.expert_bytes; i += (size_t)s->page)
+            sum ^= p[i];
+        (void)sum;
+    }
+    return 0;
+}
+
+/* Next slot to read, demand before guesses, and a guess only while no
+ * demand read runs: a guess fills the disk's idle time instead of slowing
+ * the reads a layer waits for (docs/performance.md).  NULL when none
+ * (mutex held); *demand says which kind. */
+static slot *io_take(io_pool *io, int *demand)
+{
+    for (int r = 0; r < 2; r++) {
+        io_ring *q = &io->ring[r];
+        *demand = r == 0;
+        if (r == 1 && io->dactive > 0)
+            return NULL;
+        while (q->len > 0) {
+            slot *sl = q->q[q->head];
+            q->head = (q->head + 1) % q->cap;
+            q->len--;
+            if (!sl->io_started) {
+                sl->io_started = 1;
+                return sl;
+            }
         }
     }
+    return NULL;
+}
+
+/* One reader thread. */
+static void *io_main(void *arg)
+{
+    shoald_src *s = arg;
+    io_pool *io = &s->io;
+
+    pthread_mutex_lock(&io->mu);
+    for (;;) {
+        slot *sl = NULL;
+        int demand = 0;
+        while (!io->stop && !(sl = io_take(io, &demand)))
+            pthread_cond_wait(&io->work, &io->mu);
+        if (io->stop)
+            break;
+        io->dactive += demand;
+        pthread_mutex_unlock(&io->mu);
+        int rc = io_do(s, sl);
+        pthread_mutex_lock(&io->mu);
+        io->dactive -= demand;
+        sl->io_rc = rc;
+        sl->ready = 1;
+        pthread_cond_broadcast(&io->done);
+        if (demand && io->dactive == 0)
+            pthread_cond_broadcast(&io->work);     /* guesses may go now */
+    }
+    pthread_mutex_unlock(&io->mu);
+    return NULL;
+}
+
+/* Queue a slot's read (prefetch: behind every demand read); `fresh`: a
+ * newly loaded slot, else a promotion of one queued as a guess. */
+static void io_submit(shoald_src *s, slot *sl, int prefetch, int fresh)
+{
+    io_pool *io = &s->io;
+    io_ring *q = &io->ring[prefetch ? 1 : 0];
+    int inline_read = 0;
+
+    pthread_mutex_lock(&io->mu);
+    if (fresh) {
+        sl->ready = 0;
+        sl->io_rc = 0;
+        sl->io_started = 0;
+    }
+    if (!sl->io_started) {
+        if (q->len < q->cap) {
+            q->q[(q->head + q->len) % q->cap] = sl;
+            q->len++;
+            pthread_cond_signal(&io->work);
+        } else {            /* cannot happen with the sizes below; never lose a read */
+            sl->io_started = 1;
+            inline_read = 1;
+        }
+    }
+    pthread_mutex_unlock(&io->mu);
+    if (inline_read) {
+        int rc = io_do(s, sl);
+        pthread_mutex_lock(&io->mu);
+        sl->io_rc = rc;
+        sl->ready = 1;
+        pthread_mutex_unlock(&io->mu);
+    }
+}
+
+static int slot_ready(shoald_src *s, slot *sl)
+{
+    int r;
+    pthread_mutex_lock(&s->io.mu);
+    r = sl->ready;
+    pthread_mutex_unlock(&s->io.mu);
+    return r;
+}
+
+/* Make the item's object resident in sl (takes the item's descriptor);
+ * its bytes are read by the io threads. */
+static int slot_load(shoald_src *s, int layer, slot *sl, shoal_item *it, int prefetch,
+                     shoal_err *err)
+{
+    int rc = 0;
+
+    if (it->length != s->o.expert_bytes) {
+        rc = shoal_err_set(err, SHOAL_EPROTO, "layer %d: an expert of %llu bytes, expected %llu",
+                           layer, (unsigned long long)it->length,
+                           (unsigned long long)s->o.expert_bytes);
+    } else if (s->o.page_cache == EXPERT_PC_DIRECT) {
+        uint64_t start = it->offset / 4096 * 4096;
+        size_t len = (size_t)((it->offset - start + it->length + 4095) / 4096 * 4096);
+        void *buf = NULL;
+        if (posix_memalign(&buf, 4096, len) != 0) {
+            rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory for an expert");
+        } else {
+            sl->base = buf;
+            sl->maplen = len;
+            sl->data = (const uint8_t *)buf + (it->offset - start);
+            sl->io_fd = it->fd;
+            sl->io_off = it->offset;
+            it->fd = -1;
+        }
+    } else {
+        shoal_view v;
+        rc = shoal_item_map(it, 0, &v, err);
+        if (rc == 0) {
+            sl->base = v.base;
+            sl->maplen = v.maplen;
+            sl->data = v.data;
+            if (s->o.page_cache == EXPERT_PC_DONTNEED) {
+                sl->fd = it->fd;       /* kept for the fadvise at unload */
+                sl->offset = it->offset;
+                it->fd = -1;
+            }
+        }
+    }
+    shoal_item_release(it, NULL);
+    if (rc != 0)
+        return rc;
+    sl->tier = it->source == SHOAL_SRC_HIT ? EXPERT_TIER_DISK : EXPERT_TIER_NETWORK;
+    sl->arrived = s->clock;
+    sl->kept = 0;
+    s->resident[layer]++;
+    s->res_count++;
+    s->res_bytes += s->o.expert_bytes;
+    io_submit(s, sl, prefetch, 1);
+    return 0;
+}
+
+static req *req_find(shoald_src *s, uint64_t id, size_t *at)
+{
+    for (size_t i = 0; i < s->n_reqs; i++)
+        if (s->reqs[i].id == id) {
+            *at = i;
+            return &s->reqs[i];
+        }
+    return NULL;
+}
+
+static void req_drop(shoald_src *s, size_t at)
+{
+    free(s->reqs[at].ids);
+    s->reqs[at] = s->reqs[--s->n_reqs];
+}
+
+/* Take one GET item (blocking: wait up to the timeout for it; otherwise
+ * only one already there, returning 1 when there is none) and apply it. */
+static int pump(shoald_src *s, int blocking, shoal_err *err)
+{
+    shoal_item it;
+    size_t at;
+    req *r;
+    int rc = blocking ? shoal_client_next(s->client, s->o.timeout_ms, &it, err)
+                      : shoal_client_poll_item(s->client, &it, err);
+
+    if (rc != 0)
+        return rc;
+    if (!(r = req_find(s, it.request, &at))) {
+        shoal_item_release(&it, NULL);
+        return 0;
+    }
+    if (it.index >= r->n) {            /* the whole GET failed: every key with it */
+        for (size_t i = 0; i < r->n; i++) {
+            slot *sl = slot_at(s, r->layer, r->ids[i]);
+            sl->inflight--;
+            if (!r->prefetch) {
+                sl->demand = 0;
+                if (!sl->data)
+                    sl->status = it.status ? it.status : SHOAL_EPROTO;
+            }
+        }
+        shoal_item_release(&it, NULL);
+        req_drop(s, at);
+        return 0;
+    }
+    int layer = r->layer;
+    slot *sl = slot_at(s, layer, r->ids[it.index]);
+    sl->inflight--;
+    if (!r->prefetch)
+        sl->demand = 0;
+    if (it.status == 0 && !sl->data) {
+        shoal_err lerr = { 0 };
+        int lr = slot_load(s, layer, sl, &it, r->prefetch, &lerr);   /* releases the item */
+        if (lr == 0 && r->prefetch)
+            sl->prefetched = 1;
+        else if (lr != 0 && !r->prefetch)
+            sl->status = lr;          /* the fetch reports it for this expert */
+    } else {
+        if (it.status != 0 && !r->prefetch && !sl->data)
+            sl->status = it.status;
+        shoal_item_release(&it, NULL);
+    }
+    if (--r->left == 0 || it.last)
+        req_drop(s, at);
+    return 0;
+}
+
+/* Apply every item already there (their reads start at once). */
+static int drain(shoald_src *s, shoal_err *err)
+{
+    int rc;
+    while ((rc = pump(s, 0, err)) == 0)
+        ;
+    return rc > 0 ? 0 : rc;
+}
+
+/* Send a GET of ids[0..n) of `layer` (n <= SHOAL_PROTO_MAX_KEYS). */
+static int send_get(shoald_src *s, int layer, const int32_t *ids, size_t n, int prefetch,
+                    shoal_err *err)
+{
+    shoal_key keys[64] = { { 0 } };
+    shoal_key *k = n <= 64 ? keys : calloc(n, sizeof *k);
+    uint64_t id;
+    int rc;
+
+    if (!k)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        k[i] = (shoal_key){ .kind = SHOAL_KEY_EXPERT, .layer = (uint16_t)layer,
+                            .expert = (uint32_t)ids[i] };
+    rc = shoal_client_get_send(s->client, s->handle, prefetch, k, n, &id, err);
+    if (k != keys)
+        free(k);
+    if (rc != 0)
+        return shoal_err_wrap(err, rc, "shoald GET of %zu experts of layer %d", n, layer);
+    if (s->n_reqs == s->cap_reqs) {
+        size_t cap = s->cap_reqs ? 2 * s->cap_reqs : 16;
+        req *nr = realloc(s->reqs, cap * sizeof *nr);
+        if (!nr)
+            return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+        s->reqs = nr;
+        s->cap_reqs = cap;
+    }
+    req *r = &s->reqs[s->n_reqs];
+    *r = (req){ .id = id, .layer = layer, .prefetch = prefetch, .n = n, .left = n };
+    if (!(r->ids = malloc(n * sizeof *r->ids)))
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    memcpy(r->ids, ids, n * sizeof *ids);
+    s->n_reqs++;
+    for (size_t i = 0; i < n; i++) {
+        slot *sl = slot_at(s, layer, ids[i]);
+        sl->inflight++;
+        if (!prefetch)
+            sl->demand = 1;
+    }
+    if (prefetch)
+        s->prefetch_sent += n;
+    return 0;
+}
+
+static int check_ids(shoald_src *s, int layer, const int32_t *ids, size_t n, shoal_err *err)
+{
+    if (layer < 0 || layer >= s->o.n_layers)
+        return shoal_err_set(err, SHOAL_EINVAL, "no layer %d", layer);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= s->o.experts_per_layer)
+            return shoal_err_set(err, SHOAL_ERANGE, "layer %d: no expert %d", layer, (int)ids[i]);
+    return 0;
+}
+
+/* Ask for what is neither resident nor (for demand: demanded already;
+ * for a prefetch: in flight at all). */
+static int shoald_request(void *impl, int layer, const int32_t *ids, size_t n, int prefetch,
+                          shoal_err *err)
+{
+    shoald_src *s = impl;
+    int32_t *want = malloc((n ? n : 1) * sizeof *want);
+    size_t nw = 0;
+    int rc = check_ids(s, layer, ids, n, err);
+
+    if (!want)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        slot *sl = slot_at(s, layer, ids[i]);
+        if (!sl->data && !(prefetch ? sl->inflight : sl->demand))
+            want[nw++] = ids[i];
+        else if (sl->data && !prefetch)
+            io_submit(s, sl, 0, 0);    /* a guess still queued: read it first now */
+    }
+    for (size_t b = 0; rc == 0 && b < nw; b += SHOAL_PROTO_MAX_KEYS)
+        rc = send_get(s, layer, want + b, nw - b < SHOAL_PROTO_MAX_KEYS ? nw - b
+                                                                       : SHOAL_PROTO_MAX_KEYS,
+                      prefetch, err);
+    free(want);
+    if (rc == 0)
+        rc = drain(s, err);
+    if (rc != 0 || prefetch)
+        return rc;
+    /* the layer's real set is known: its guesses are no longer needed */
+    for (size_t i = 0; i < s->n_reqs; i++)
+        if (s->reqs[i].layer == layer && s->reqs[i].prefetch && !s->reqs[i].cancelled) {
+            s->reqs[i].cancelled = 1;
+            shoal_client_cancel(s->client, s->reqs[i].id, NULL);
+        }
+    return 0;
+}
+
+/* Keep at most quota experts of the layer (LRU out), and nothing a guess
+ * brought that this fetch did not use. */
+static void layer_trim(shoald_src *s, int layer)
+{
+    int E = s->o.experts_per_layer;
+    for (int e = 0; e < E; e++)
+        slot_at(s, layer, e)->prefetched = 0;     /* a guess this fetch did not use */
+    while (s->resident[layer] > s->quota) {
+        slot *victim = NULL;
+        for (int e = 0; e < E; e++) {
+            slot *sl = slot_at(s, layer, e);
+            if (sl->data && slot_ready(s, sl) && (!victim || sl->last_use < victim->last_use))
+                victim = sl;
+        }
+        if (!victim)
+            break;
+        slot_unload(s, layer, victim);
+    }
+    /* why a flag and not "arrived before this fetch": a late duplicate or a
+     * cancelled guess can land after the trim; only what the quota kept is
+     * the RAM tier */
+    for (int e = 0; e < E; e++) {
+        slot *sl = slot_at(s, layer, e);
+        sl->kept = sl->data != NULL;
+    }
+}
+
+static void report(shoald_src *s, int force)
+{
+    uint64_t now = shoal_now_ns();
+    char json[256];
+
+    if (s->ram_hits == s->rep_hits && s->ram_misses == s->rep_misses)
+        return;
+    if (!force && now - s->last_report_ns < 1000000000ull)
+        return;
+    snprintf(json, sizeof json, "{\"tier\":\"ram\",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64
+             ",\"bytes\":%" PRIu64 ",\"handle\":%u}", s->ram_hits - s->rep_hits,
+             s->ram_misses - s->rep_misses, s->ram_bytes_hit - s->rep_bytes, s->handle);
+    if (shoal_client_report(s->client, json, NULL) == 0) {
+        s->rep_hits = s->ram_hits;
+        s->rep_misses = s->ram_misses;
+        s->rep_bytes = s->ram_bytes_hit;
+    }
+    s->last_report_ns = now;
 }
 
 static int shoald_fetch(void *impl, int layer, const int32_t *ids, size_t n,
                         expert_ready_fn fn, void *ctx, shoal_err *err)
 {
     shoald_src *s = impl;
-    shoal_key *keys = calloc(n, sizeof *keys);
-    uint64_t request;
-    size_t got = 0;
+    uint8_t *done = calloc(n ? n : 1, 1);
+    uint64_t clock = ++s->clock;
+    size_t left = n;
     int rc;
 
-    if (!keys)
+    if (!done)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
-    for (size_t i = 0; i < n; i++)
-        keys[i] = (shoal_key){ .kind = SHOAL_KEY_EXPERT, .layer = (uint16_t)layer,
-                               .expert = (uint32_t)ids[i] };
-    rc = shoal_client_get_send(s->client, s->handle, 0, keys, n, &request, err);
-    free(keys);
-    if (rc != 0)
-        return shoal_err_wrap(err, rc, "shoald GET of %zu experts of layer %d: ", n, layer);
-    while (got < n) {
-        shoal_item it;
-        rc = shoal_client_next(s->client, s->timeout_ms, &it, err);
-        if (rc != 0)
-            return shoal_err_wrap(err, rc, "shoald: layer %d, %zu of %zu experts received: ",
-                                  layer, got, n);
-        if (it.request != request) {        /* not ours (an older, cancelled GET) */
-            if (it.fd >= 0)
-                close(it.fd);
+    rc = shoald_request(impl, layer, ids, n, 0, err);
+    while (rc == 0 && left > 0) {
+        size_t i = n;
+        if ((rc = drain(s, err)) != 0) {
+            rc = shoal_err_wrap(err, rc, "shoald: layer %d, %zu of %zu experts received", layer,
+                                n - left, n);
+            break;
+        }
+        int pending = 0;
+        pthread_mutex_lock(&s->io.mu);
+        for (size_t j = 0; j < n && i == n; j++) {
+            slot *sj = slot_at(s, layer, ids[j]);
+            if (done[j])
+                continue;
+            if (sj->status || (sj->data && sj->ready))
+                i = j;
+            else if (sj->data)
+                pending = 1;
+        }
+        if (i == n && pending) {       /* arrived, being read: wait for a read a moment */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 2000000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&s->io.done, &s->io.mu, &ts);
+        }
+        pthread_mutex_unlock(&s->io.mu);
+        if (i == n) {
+            if (!pending && (rc = pump(s, 1, err)) != 0)   /* wait for the next item */
+                rc = shoal_err_wrap(err, rc, "shoald: layer %d, %zu of %zu experts received",
+                                    layer, n - left, n);
             continue;
         }
-        got++;
-        int32_t id = it.index < n ? ids[it.index] : -1;
-        if (it.status != 0) {
+        slot *sl = slot_at(s, layer, ids[i]);
+        done[i] = 1;
+        left--;
+        if (!sl->status && sl->io_rc)
+            sl->status = sl->io_rc;
+        if (sl->status) {
             shoal_err d = { 0 };
-            shoal_err_set(&d, it.status, "shoald could not deliver layer %d expert %d: %s",
-                          layer, (int)id, shoal_strerror(it.status));
-            rc = fn(ctx, layer, id, NULL, 0, EXPERT_TIER_DISK, it.status, &d);
+            int st = sl->status;
+            sl->status = 0;
+            shoal_err_set(&d, st, "shoald could not deliver layer %d expert %d: %s", layer,
+                          (int)ids[i], shoal_strerror(st));
+            if (sl->data && sl->io_rc)     /* a failed read: not an expert to keep */
+                slot_unload(s, layer, sl);
+            rc = fn(ctx, layer, ids[i], NULL, 0, EXPERT_TIER_DISK, st, &d);
+            continue;
+        }
+        expert_tier tier = sl->kept ? EXPERT_TIER_RAM : (expert_tier)sl->tier;
+        if (sl->prefetched) {
+            s->prefetch_used++;
+            s->prefetch_early += sl->arrived < clock;
+            sl->prefetched = 0;
+        }
+        if (tier == EXPERT_TIER_RAM) {
+            s->ram_hits++;
+            s->ram_bytes_hit += s->o.expert_bytes;
         } else {
-            void *base = NULL;
-            size_t maplen = 0;
-            const uint8_t *span = it.length == s->expert_bytes ? item_map(&it, &base, &maplen) : NULL;
-            if (!span) {
-                shoal_err d = { 0 };
-                shoal_err_set(&d, SHOAL_EPROTO, "layer %d expert %d: cannot map %llu bytes",
-                              layer, (int)id, (unsigned long long)it.length);
-                rc = fn(ctx, layer, id, NULL, 0, EXPERT_TIER_DISK, SHOAL_EPROTO, &d);
-            } else {
-                expert_tier tier = it.source == SHOAL_SRC_HIT ? EXPERT_TIER_DISK : EXPERT_TIER_NETWORK;
-                rc = fn(ctx, layer, id, span, (size_t)it.length, tier, 0, NULL);
-                munmap(base, maplen);
-            }
+            s->ram_misses++;
         }
-        if (it.fd >= 0)
-            close(it.fd);
-        if (rc != 0) {
-            if (!it.last)
-                drain(s, request, n - got);
-            return rc;
-        }
+        sl->last_use = clock;
+        rc = fn(ctx, layer, ids[i], sl->data, (size_t)s->o.expert_bytes, tier, 0, NULL);
     }
-    return 0;
+    free(done);
+    layer_trim(s, layer);
+    if (rc == 0)
+        report(s, 0);
+    return rc;
+}
+
+static void shoald_stats(void *impl, expert_source_stats *out)
+{
+    shoald_src *s = impl;
+    out->prefetch_sent = s->prefetch_sent;
+    out->prefetch_used = s->prefetch_used;
+    out->prefetch_early = s->prefetch_early;
+    out->ram_resident = s->res_count;
+    out->ram_bytes = s->res_bytes;
+    out->ram_quota = s->quota;
 }
 
 static void shoald_free(void *impl)
 {
-    free(impl);
+    shoald_src *s = impl;
+    if (!s)
+        return;
+    report(s, 1);
+    if (s->io.nth > 0) {
+        pthread_mutex_lock(&s->io.mu);
+        s->io.stop = 1;
+        pthread_cond_broadcast(&s->io.work);
+        pthread_mutex_unlock(&s->io.mu);
+        for (int i = 0; i < s->io.nth; i++)
+            pthread_join(s->io.th[i], NULL);
+    }
+    for (int l = 0; s->slots && l < s->o.n_layers; l++)
+        for (int e = 0; e < s->o.experts_per_layer; e++)
+            slot_unload(s, l, slot_at(s, l, e));
+    for (size_t i = 0; i < s->n_reqs; i++)
+        free(s->reqs[i].ids);
+    free(s->reqs);
+    free(s->slots);
+    free(s->resident);
+    free(s->io.ring[0].q);
+    free(s->io.ring[1].q);
+    if (s->io.ring[0].cap) {
+        pthread_mutex_destroy(&s->io.mu);
+        pthread_cond_destroy(&s->io.work);
+        pthread_cond_destroy(&s->io.done);
+    }
+    free(s);
 }
 
 expert_source *expert_source_shoald_new(shoal_client *client, uint32_t handle,
-                                        uint64_t expert_bytes, int timeout_ms)
+                                        const expert_source_shoald_options *o)
 {
     static const expert_source_ops ops = { shoald_fetch, shoald_free };
+    static const expert_source_more_ops more = { shoald_request, shoald_stats };
     shoald_src *s = calloc(1, sizeof *s);
+    size_t nslots = (size_t)o->n_layers * (size_t)o->experts_per_layer;
+
     if (!s)
         return NULL;
-    *s = (shoald_src){ client, handle, expert_bytes, timeout_ms > 0 ? timeout_ms : 60000 };
-    return expert_source_new(&ops, s);
+    s->client = client;
+    s->handle = handle;
+    s->o = *o;
+    if (s->o.timeout_ms <= 0)
+        s->o.timeout_ms = 60000;
+    if (o->expert_bytes && o->moe_layers > 0)
+        s->quota = (size_t)(o->ram_bytes / o->expert_bytes / (uint64_t)o->moe_layers);
+    s->slots = calloc(nslots ? nslots : 1, sizeof *s->slots);
+    s->resident = calloc((size_t)o->n_layers + 1, sizeof *s->resident);
+    for (int r = 0; r < 2; r++) {
+        s->io.ring[r].cap = 2 * nslots + 2;
+        s->io.ring[r].q = calloc(s->io.ring[r].cap, sizeof *s->io.ring[r].q);
+    }
+    if (!s->slots || !s->resident || !s->io.ring[0].q || !s->io.ring[1].q) {
+        s->io.ring[0].cap = 0;
+        shoald_free(s);
+        return NULL;
+    }
+    pthread_mutex_init(&s->io.mu, NULL);
+    pthread_cond_init(&s->io.work, NULL);
+    pthread_cond_init(&s->io.done, NULL);
+    for (size_t i = 0; i < nslots; i++)
+        s->slots[i].fd = s->slots[i].io_fd = -1;
+    for (int i = 0; i < IO_THREADS; i++) {
+        if (pthread_create(&s->io.th[i], NULL, io_main, s) != 0)
+            break;
+        s->io.nth++;
+    }
+    if (s->io.nth == 0) {
+        shoald_free(s);
+        return NULL;
+    }
+    s->page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+    s->last_report_ns = shoal_now_ns();
+    return expert_source_new_more(&ops, &more, s);
 }

@@ -189,15 +189,18 @@ typedef struct gen_model {
     gen_backend backend;
     generator *gen;
     uint32_t eos;              /* <|end_of_msg|>, else config eos_token_id */
+    struct engine_remote *remote;  /* an hf:// model through shoald; owns model and src */
 } gen_model;
 
 typedef struct gen_model_options {
     int    threads;            /* compute threads, >= 1 */
     size_t chunk;              /* prefill chunk (session), >= 1 */
     int    spine_f32;          /* 1: f32 spine and exact experts */
+    const char *home;          /* shoald's home for an hf:// model (engine/remote.h) */
 } gen_model_options;
 
-/* 0 or a negative code with err naming what failed; out is zeroed on
+/* `dir` is a model directory, or hf://org/name[@rev] read through the
+ * shoald of o->home.  0 or a negative code with err naming what failed; out is zeroed on
  * failure.  Close with gen_model_close (accepts a zeroed one). */
 int gen_model_open(const char *dir, const gen_model_options *o, gen_model *out, shoal_err *err);
 void gen_model_close(gen_model *gm);

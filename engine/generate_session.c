@@ -4,13 +4,16 @@
  *
  * Owns: the adapter.  Does not own the forward pass or the state layout.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/expert_source.h"
 #include "engine/generate.h"
 #include "engine/kernels/kernels.h"
 #include "engine/model.h"
+#include "engine/remote.h"
 #include "engine/session.h"
 
 typedef struct sess_backend {
@@ -93,6 +96,29 @@ void gen_backend_session_free(gen_backend *b)
 
 /* ---- gen_model ------------------------------------------------------------------ */
 
+/* The tokenizer reads a directory: write the model's tokenizer files,
+ * fetched through shoald, into a private temporary one. */
+static int remote_tokenizer(gen_model *gm, shoal_err *err)
+{
+    static const char *const files[] = { "config.json", "tiktoken.model",
+                                         "tokenizer_config.json" };
+    char dir[] = "/tmp/shoal-engine-tok-XXXXXX", path[sizeof dir + 32];
+    int rc;
+
+    if (!mkdtemp(dir))
+        return shoal_err_set(err, SHOAL_EIO, "cannot create a temporary directory for the "
+                             "tokenizer files");
+    rc = engine_remote_write_files(gm->remote, files, 3, dir, err);
+    if (rc == 0)
+        rc = tokenizer_model_open(&gm->tok, dir, err);
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+    return rc;
+}
+
 int gen_model_open(const char *dir, const gen_model_options *o, gen_model *out, shoal_err *err)
 {
     engine_model_options mo;
@@ -108,11 +134,17 @@ int gen_model_open(const char *dir, const gen_model_options *o, gen_model *out, 
     mo.pool = out->pool;
     if (o->spine_f32)
         mo.spine = ENGINE_SPINE_F32;
-    if ((rc = engine_model_open(dir, &mo, &out->model, err)) != 0)
+    if (engine_remote_is_spec(dir)) {
+        engine_remote_options ro = { .home = o->home };
+        if ((rc = engine_remote_open(dir, &ro, &mo, &out->remote, err)) != 0 ||
+            (rc = remote_tokenizer(out, err)) != 0)
+            goto fail;
+        out->model = engine_remote_model(out->remote);
+        out->src = engine_remote_source(out->remote);
+    } else if ((rc = engine_model_open(dir, &mo, &out->model, err)) != 0 ||
+               (rc = tokenizer_model_open(&out->tok, dir, err)) != 0) {
         goto fail;
-    if ((rc = tokenizer_model_open(&out->tok, dir, err)) != 0)
-        goto fail;
-    if (!(out->src = expert_source_local_new(out->model))) {
+    } else if (!(out->src = expert_source_local_new(out->model))) {
         rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
         goto fail;
     }
@@ -139,9 +171,13 @@ void gen_model_close(gen_model *gm)
         return;
     generator_free(gm->gen);
     gen_backend_session_free(&gm->backend);
-    expert_source_free(gm->src);
     tokenizer_free(gm->tok);
-    engine_model_free(gm->model);
+    if (gm->remote) {
+        engine_remote_free(gm->remote);     /* owns the model and the source */
+    } else {
+        expert_source_free(gm->src);
+        engine_model_free(gm->model);
+    }
     kernels_pool_free(gm->pool);
     memset(gm, 0, sizeof *gm);
 }

@@ -340,10 +340,19 @@ int layer_moe(engine_session *s, int layer, const float *x, size_t n, float *out
     if ((rc = session_mul(s, &w->gate, x, n, ws->rs, err)))
         return rc;
     nu = moe_route(s, w, n);
+    lookahead_observe(s, layer, ws->uniq, nu);
+    /* the experts go out now; everything up to the fetch overlaps their
+     * transfer: the next layer's guess, the latent input, the shared experts */
+    if ((rc = expert_source_request(s->opt.src, layer, ws->uniq, nu, 0, err)) ||
+        (rc = lookahead_issue(s, layer, x, n, err)))
+        return rc;
     /* 4. latent input */
     if ((rc = session_mul(s, &w->down, x, n, ws->rz, err)))
         return rc;
-    /* 5. each distinct expert once for the chunk */
+    /* 7. shared experts (added to the routed output below) */
+    if ((rc = layer_dense(s, &w->shared, x, n, ws->out2, err)))
+        return rc;
+    /* 5. each distinct expert once for the chunk, computed as it arrives */
     expert_source_stats_get(s->opt.src, &before);
     rc = expert_source_fetch(s->opt.src, layer, ws->uniq, nu, moe_expert_ready, &mc, err);
     expert_source_stats_get(s->opt.src, &after);
@@ -370,9 +379,7 @@ int layer_moe(engine_session *s, int layer, const float *x, size_t n, float *out
     }
     if ((rc = session_mul(s, &w->up, ws->ru, n, out, err)))
         return rc;
-    /* 7-8. shared experts, added to the routed output */
-    if ((rc = layer_dense(s, &w->shared, x, n, ws->out2, err)))
-        return rc;
+    /* 8. plus the shared experts */
     for (size_t j = 0; j < n * d; j++)
         out[j] += ws->out2[j];
     s->st.moe_ns += shoal_now_ns() - t0;

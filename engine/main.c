@@ -2,6 +2,7 @@
  * to a subcommand (engine/commands.h).  Owns nothing else. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "common/log.h"
 #include "common/version.h"
@@ -23,7 +24,15 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    struct rlimit rl;
+
     shoal_log_setup("shoal-engine", SHOAL_LOG_WARN, NULL);
+    /* an hf:// model with --page-cache dontneed keeps one descriptor per
+     * expert in the RAM tier (thousands for K3): allow what the hard limit does */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
     if (argc < 2) {
         usage(stderr);
         return 2;

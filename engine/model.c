@@ -38,10 +38,20 @@ typedef struct shard {
     st_file *st;
 } shard;
 
+/* A tensor handed in by engine_model_open_views (a shoald-bound model). */
+typedef struct view_tensor {
+    st_tensor t;                 /* t.name owned (strdup), without the prefix */
+    const uint8_t *data;
+} view_tensor;
+
 struct engine_model_priv {
     shard *shards;
     size_t n_shards;
     shoal_json *weight_map;      /* NULL for a single-file model */
+    view_tensor *views;          /* sorted by name; NULL for a directory model */
+    size_t n_views;
+    void (*release)(void *);     /* frees what the views point into */
+    void *release_ctx;
     void **bufs;                 /* everything the model allocated */
     size_t n_bufs, cap_bufs;
 };
@@ -134,7 +144,7 @@ static int shard_open(const char *dir, const char *name, shard *s, shoal_err *er
     rc = st_read_fd(fd, &s->st, err);
     if (rc != 0) {
         close(fd);
-        return shoal_err_wrap(err, rc, "%s: ", path);
+        return shoal_err_wrap(err, rc, "%s", path);
     }
     if (fstat(fd, &sb) != 0 || sb.st_size <= 0) {
         close(fd);
@@ -189,7 +199,7 @@ static int shards_open(engine_model *m, const char *dir, shoal_err *err)
     }
     root = shoal_json_load_file(path, (size_t)1 << 30, err);
     if (!root)
-        return shoal_err_wrap(err, err ? err->code : SHOAL_EFORMAT, "%s: ", path);
+        return shoal_err_wrap(err, err ? err->code : SHOAL_EFORMAT, "%s", path);
     p->weight_map = root;
     if (shoal_json_typeof(shoal_json_get(root, "weight_map")) != SHOAL_JSON_OBJECT)
         return shoal_err_set(err, SHOAL_EFORMAT, "%s: no weight_map object", path);
@@ -210,6 +220,23 @@ static int tensor_find(engine_model *m, const char *name, const st_tensor **t,
 
     if ((size_t)snprintf(full, sizeof full, PREFIX "%s", name) >= sizeof full)
         return shoal_err_set(err, SHOAL_EINVAL, "tensor name too long: %s", name);
+    if (p->views) {
+        size_t lo = 0, hi = p->n_views;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            int c = strcmp(p->views[mid].t.name, name);
+            if (c == 0) {
+                *t = &p->views[mid].t;
+                *data = p->views[mid].data;
+                return 0;
+            }
+            if (c < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        return shoal_err_set(err, SHOAL_ENOTFOUND, "tensor %s: missing from the manifest", name);
+    }
     if (p->weight_map) {
         const char *sn = shoal_json_str_value(
             shoal_json_get(shoal_json_get(p->weight_map, "weight_map"), full));
@@ -613,6 +640,9 @@ static int moe_load(engine_model *m, int layer, const char *pre, engine_moe_w *w
     w->span = model_alloc(m, ne * sizeof *w->span, err);
     if (!w->span)
         return SHOAL_ENOMEM;
+    memset(w->span, 0, ne * sizeof *w->span);
+    if (m->priv->views)          /* experts come from an expert source, not a mapping */
+        return 0;
     for (size_t e = 0; e < ne; e++)
         if ((rc = expert_locate(m, layer, (int)e, &w->span[e], err)))
             return rc;
@@ -669,6 +699,40 @@ static int globals_load(engine_model *m, shoal_err *err)
     return load_mat(m, "lm_head.weight", v, d, 0, &m->lm_head, err);
 }
 
+/* An empty model carrying the options; NULL when out of memory. */
+static engine_model *model_alloc_empty(const engine_model_options *opt)
+{
+    engine_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->priv = calloc(1, sizeof *m->priv))) {
+        free(m);
+        return NULL;
+    }
+    if (opt)
+        m->opt = *opt;
+    else
+        engine_model_options_default(&m->opt);
+    return m;
+}
+
+/* Everything after the config and the tensor lookup are in place. */
+static int model_bind(engine_model *m, const char *label, shoal_err *err)
+{
+    int rc;
+
+    m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
+    if (!m->layers)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    if ((rc = globals_load(m, err)) != 0)
+        return rc;
+    for (int64_t i = 0; i < m->cfg.n_layers && rc == 0; i++)
+        rc = layer_load(m, (int)i, err);
+    if (rc == 0)
+        LOG_INFO("model", "%s: %" PRId64 " layers, spine %s, %.1f MiB derived", label,
+                 m->cfg.n_layers, m->opt.spine == ENGINE_SPINE_F32 ? "f32" : "int8",
+                 (double)m->spine_bytes / 1048576.0);
+    return rc;
+}
+
 int engine_model_open(const char *dir, const engine_model_options *opt,
                       engine_model **out, shoal_err *err)
 {
@@ -677,42 +741,112 @@ int engine_model_open(const char *dir, const engine_model_options *opt,
     int rc;
 
     *out = NULL;
-    m = calloc(1, sizeof *m);
-    if (!m || !(m->priv = calloc(1, sizeof *m->priv))) {
-        free(m);
+    if (!(m = model_alloc_empty(opt)))
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
-    }
-    if (opt)
-        m->opt = *opt;
-    else
-        engine_model_options_default(&m->opt);
     if (shoal_path_join(path, sizeof path, dir, "config.json") != 0) {
         rc = shoal_err_set(err, SHOAL_EINVAL, "%s: path too long", dir);
         goto done;
     }
     if ((rc = k3_config_load(path, &m->cfg, err)) != 0) {
-        shoal_err_wrap(err, rc, "%s: ", path);
+        shoal_err_wrap(err, rc, "%s", path);
         goto done;
     }
     if ((rc = shards_open(m, dir, err)) != 0)
         goto done;
-    m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
-    if (!m->layers) {
-        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
-        goto done;
-    }
-    if ((rc = globals_load(m, err)) != 0)
-        goto done;
-    for (int64_t i = 0; i < m->cfg.n_layers && rc == 0; i++)
-        rc = layer_load(m, (int)i, err);
+    rc = model_bind(m, dir, err);
 done:
     if (rc != 0) {
         engine_model_free(m);
         return rc;
     }
-    LOG_INFO("model", "%s: %" PRId64 " layers, spine %s, %.1f MiB derived", dir,
-             m->cfg.n_layers, m->opt.spine == ENGINE_SPINE_F32 ? "f32" : "int8",
-             (double)m->spine_bytes / 1048576.0);
+    *out = m;
+    return 0;
+}
+
+static int view_cmp(const void *a, const void *b)
+{
+    return strcmp(((const view_tensor *)a)->t.name, ((const view_tensor *)b)->t.name);
+}
+
+/* Copy and check the callers' views: dtype known, bytes = numel·bits/8. */
+static int views_take(engine_model *m, const engine_tensor_view *v, size_t n, shoal_err *err)
+{
+    struct engine_model_priv *p = m->priv;
+
+    p->views = calloc(n ? n : 1, sizeof *p->views);
+    if (!p->views)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        view_tensor *vt = &p->views[i];
+        uint64_t numel = 1;
+        if (!(vt->t.name = strdup(v[i].name)))
+            return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+        p->n_views = i + 1;
+        if (st_dtype_parse(v[i].dtype, &vt->t.dtype) != 0)
+            return shoal_err_set(err, SHOAL_EUNSUPPORTED, "tensor %s: dtype %s", v[i].name,
+                                 v[i].dtype);
+        if (v[i].ndim > ST_MAX_DIMS)
+            return shoal_err_set(err, SHOAL_EFORMAT, "tensor %s: %u dimensions", v[i].name,
+                                 v[i].ndim);
+        vt->t.ndim = v[i].ndim;
+        for (unsigned d = 0; d < v[i].ndim; d++) {
+            vt->t.shape[d] = v[i].shape[d];
+            if (v[i].shape[d] && numel > UINT64_MAX / 64 / v[i].shape[d])
+                return shoal_err_set(err, SHOAL_EFORMAT, "tensor %s: shape too large", v[i].name);
+            numel *= v[i].shape[d];
+        }
+        vt->t.numel = numel;
+        vt->t.begin = 0;
+        vt->t.end = v[i].length;
+        if (numel * st_dtype_bits(vt->t.dtype) != v[i].length * 8)
+            return shoal_err_set(err, SHOAL_EFORMAT, "tensor %s: %" PRIu64 " bytes for %" PRIu64
+                                 " %s values", v[i].name, v[i].length, numel, v[i].dtype);
+        vt->data = v[i].data;
+    }
+    qsort(p->views, n, sizeof *p->views, view_cmp);
+    for (size_t i = 1; i < n; i++)
+        if (strcmp(p->views[i - 1].t.name, p->views[i].t.name) == 0)
+            return shoal_err_set(err, SHOAL_EFORMAT, "tensor %s listed twice", p->views[i].t.name);
+    return 0;
+}
+
+int engine_model_open_views(const char *label, const uint8_t *config, size_t config_len,
+                            const engine_tensor_view *views, size_t n,
+                            void (*release)(void *), void *release_ctx,
+                            const engine_model_options *opt, engine_model **out, shoal_err *err)
+{
+    engine_model *m;
+    shoal_json *root;
+    int rc;
+
+    *out = NULL;
+    if (!(m = model_alloc_empty(opt))) {
+        if (release)
+            release(release_ctx);
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    }
+    m->priv->release = release;
+    m->priv->release_ctx = release_ctx;
+    root = shoal_json_parse((const char *)config, config_len, err);
+    if (!root) {
+        rc = shoal_err_wrap(err, err && err->code ? err->code : SHOAL_EFORMAT, "%s: config.json",
+                            label);
+        goto done;
+    }
+    rc = k3_config_parse(root, &m->cfg, err);
+    shoal_json_free(root);
+    if (rc != 0) {
+        shoal_err_wrap(err, rc, "%s: config.json", label);
+        goto done;
+    }
+    if ((rc = views_take(m, views, n, err)) != 0)
+        goto done;
+    rc = model_bind(m, label, err);
+done:
+    if (rc != 0) {
+        engine_model_free(m);
+        return rc;
+    }
     *out = m;
     return 0;
 }
@@ -734,6 +868,11 @@ void engine_model_free(engine_model *m)
         }
         free(p->shards);
         shoal_json_free(p->weight_map);
+        for (size_t i = 0; i < p->n_views; i++)
+            free((char *)p->views[i].t.name);
+        free(p->views);
+        if (p->release)
+            p->release(p->release_ctx);
         free(p);
     }
     free(m->layers);

@@ -93,7 +93,7 @@ typedef struct engine_moe_w {
     engine_mat up;                /* [D, L] routed_expert_up_proj */
     const float *norm;            /* [L] routed_expert_norm */
     engine_mlp_w shared;          /* fused shared experts, width S */
-    const uint8_t **span;         /* [E] each expert's 6 records, in the mapping */
+    const uint8_t **span;         /* [E] each expert's 6 records in the mapping; NULL when bound from views */
 } engine_moe_w;
 
 typedef struct engine_layer_w {
@@ -127,6 +127,29 @@ typedef struct engine_model {
 int engine_model_open(const char *dir, const engine_model_options *opt,
                       engine_model **out, shoal_err *err);
 void engine_model_free(engine_model *m);
+
+/* One tensor handed in already in memory (a spine object mapped from
+ * shoald's cache).  name without the "language_model." prefix; dtype the
+ * safetensors name ("BF16"); data stays valid until `release` runs. */
+typedef struct engine_tensor_view {
+    const char *name;
+    const char *dtype;
+    unsigned ndim;
+    uint64_t shape[8];
+    const uint8_t *data;
+    uint64_t length;
+} engine_tensor_view;
+
+/* Bind a model from config.json's bytes and the non-expert tensors as
+ * views (copied: names and shapes; the data are borrowed).  Routed experts
+ * are not looked up: layers[i].moe.span[] are all NULL and the experts must
+ * come from an expert source.  `release(release_ctx)` runs exactly once,
+ * from engine_model_free or on failure here, to free what the views point
+ * into.  label names the model in errors and logs. */
+int engine_model_open_views(const char *label, const uint8_t *config, size_t config_len,
+                            const engine_tensor_view *views, size_t n,
+                            void (*release)(void *), void *release_ctx,
+                            const engine_model_options *opt, engine_model **out, shoal_err *err);
 
 /* Embedding row of `token` as f32 into out[D].  token < V (unchecked). */
 void engine_model_embed(const engine_model *m, int32_t token, float *out);

@@ -151,6 +151,8 @@ int engine_session_new(const engine_model *m, const engine_session_options *opt,
     }
     if (rc == 0)
         rc = ws_alloc(s);
+    if (rc == 0 && c->n_moe_layers > 0)
+        rc = lookahead_alloc(s);
     if (rc == 0)
         rc = session_mla_reserve(s, 64, err);
     if (rc != 0) {
@@ -180,7 +182,15 @@ void engine_session_free(engine_session *s)
     free(s->mla_c);
     free(s->mla_r);
     ws_free(&s->w);
+    lookahead_free(s);
     free(s);
+}
+
+void engine_session_recall(const engine_session *s, int layer, engine_layer_recall *out)
+{
+    memset(out, 0, sizeof *out);
+    if (s->la.rec && layer >= 0 && layer < s->m->cfg.n_layers)
+        *out = s->la.rec[layer];
 }
 
 int engine_session_copy(engine_session *dst, const engine_session *src, shoal_err *err)
@@ -309,7 +319,7 @@ static int forward_chunk(engine_session *s, const int32_t *tok, size_t n, float 
         engine_model_embed(m, tok[t], w->h + t * d);
     for (int i = 0; i < (int)m->cfg.n_layers; i++) {
         if ((rc = layer_run(s, i, n, &na, err)) != 0)
-            return shoal_err_wrap(err, rc, "layer %d: ", i);
+            return shoal_err_wrap(err, rc, "layer %d", i);
         if (s->opt.hidden)
             for (size_t t = 0; t < n; t++)
                 s->opt.hidden(s->opt.hidden_ctx, s->pos + (int64_t)t, i, w->h + t * d, d);

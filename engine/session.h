@@ -36,7 +36,21 @@ typedef struct engine_session_options {
     expert_source *src;         /* borrowed; required if the model has MoE layers */
     engine_hidden_fn hidden;    /* optional */
     void *hidden_ctx;
+    /* Router lookahead (docs/performance.md): 0 guesses the next MoE
+     * layer's experts and prefetches them; 1 scores the guesses (recall)
+     * without sending them; 2 does neither. */
+    int no_prefetch;
+    double prefetch_cutoff;     /* recall below which a layer stops; 0: 0.5 */
 } engine_session_options;
+
+/* One MoE layer's predictors: how many of the experts it used had been
+ * guessed by the router lookahead and by the previous call's set. */
+typedef struct engine_layer_recall {
+    uint64_t look_hits, look_total;
+    uint64_t prev_hits, prev_total;
+    uint64_t prefetches;        /* experts sent as guesses for this layer */
+    int predictor;              /* last choice: 0 none (recall too low), 1 lookahead, 2 previous */
+} engine_layer_recall;
 
 typedef struct engine_session_stats {
     uint64_t positions;         /* tokens run through the stack */
@@ -80,5 +94,8 @@ int64_t engine_session_pos(const engine_session *s);
  * capacity) and scratch, including the kernels' activation buffers. */
 uint64_t engine_session_bytes(const engine_session *s);
 void engine_session_stats_get(const engine_session *s, engine_session_stats *out);
+
+/* The predictors of `layer` (zeros for a dense layer). */
+void engine_session_recall(const engine_session *s, int layer, engine_layer_recall *out);
 
 #endif

@@ -36,6 +36,21 @@ typedef struct session_ws {
     kernels_expert_ws *ews;
 } session_ws;
 
+/* Recall below which a layer's guesses are not sent: on a saturated link a
+ * wrongly guessed expert costs as much transfer time as a right one saves,
+ * so under one half the prefetch moves more useless bytes than useful ones
+ * (docs/performance.md). */
+#define LOOKAHEAD_CUTOFF 0.5
+
+typedef struct lookahead {
+    engine_layer_recall *rec;   /* [n_layers] */
+    uint8_t *look, *prev;       /* [n_layers][E] guesses: router lookahead, previous call */
+    uint8_t *has_look, *has_prev;
+    float *x, *sc, *w;          /* [n][D], [n][E], [E] scratch */
+    int32_t *ids;               /* [n·E] */
+    double cutoff;
+} lookahead;
+
 struct engine_session {
     const engine_model *m;
     engine_session_options opt;
@@ -51,6 +66,7 @@ struct engine_session {
     engine_session_stats st;
     int max_anchors;
     uint64_t scratch_bytes;   /* session_ws, kernels' act and expert scratch */
+    lookahead la;
 };
 
 /* y [n][rows] = W x, timed as spine. */
@@ -63,6 +79,13 @@ int layer_mla(engine_session *s, int layer, const float *x, size_t n, float *out
 int layer_dense(engine_session *s, const engine_mlp_w *w, const float *x, size_t n, float *out,
                 shoal_err *err);
 int layer_moe(engine_session *s, int layer, const float *x, size_t n, float *out, shoal_err *err);
+
+/* lookahead.c: scratch, scoring the guesses against a layer's real set,
+ * and guessing (then prefetching) the next MoE layer's from x [n][D]. */
+int lookahead_alloc(engine_session *s);
+void lookahead_free(engine_session *s);
+void lookahead_observe(engine_session *s, int layer, const int32_t *uniq, size_t nu);
+int lookahead_issue(engine_session *s, int layer, const float *x, size_t n, shoal_err *err);
 
 /* Grow the MLA cache to hold `need` positions. */
 int session_mla_reserve(engine_session *s, size_t need, shoal_err *err);

@@ -86,7 +86,19 @@ node -e '
     console.log(`   layer ${l.layer}: ${l.disk.hits} hits, ${l.disk.misses} misses`);' "$DEMO/stats.json"
 echo "   hubmock answered $(wc -l < "$DEMO/hub-requests.jsonl") requests; the warm job's objects were fetched once"
 
+say "8. The engine runs the model through shoald: spine by name, experts as they arrive"
+echo "   shoal-engine run hf://demo/tiny-k3 --prompt 'Tell me about fish.' --chat --no-think --max-tokens 24"
+printf '   reply (streamed as generated; tiny-k3 has random weights): '
+"$BIN/shoal-engine" run hf://demo/tiny-k3 --home "$HOME_DIR" --prompt "Tell me about fish." \
+    --chat --no-think --max-tokens 24 --stats 2> "$DEMO/engine.err"
+sed 's/^/   /' "$DEMO/engine.err" | grep -v '^ *$' | tail -n 2
+
+say "9. What the engine ran, as the CLI sees it (shoal stats, shoal ls)"
+"$BIN/shoal" --home "$HOME_DIR" stats | sed 's/^/   /'
+"$BIN/shoal" --home "$HOME_DIR" ls | sed 's/^/   /'
+
 say "Done"
 echo "shoal generated a K3-shaped model, served it as a Hugging Face Hub on loopback, ran"
 echo "shoald on a fresh cache, warmed two layers in the background and served experts to a"
-echo "client as file descriptors: misses went upstream once, everything after was a hit."
+echo "client as file descriptors: misses went upstream once, everything after was a hit;"
+echo "then shoal-engine generated text from hf://demo/tiny-k3 with every byte served by shoald."

@@ -1,0 +1,310 @@
+/* remote.c — bind a model through shoald (see remote.h).
+ *
+ * Load: HELLO, OPEN (the OPEN_OK descriptor is the manifest's encoding),
+ * manifest_decode, then one batched GET per 1,024 spine tensors; each item
+ * is mapped read-only and its descriptor closed at once (the mapping keeps
+ * the blob's bytes alive even if shoald evicts it).  The views go to
+ * engine_model_open_views, which quantizes the spine exactly as it does
+ * from a directory, so both paths compute the same tokens.
+ */
+#include "engine/remote.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/client.h"
+#include "common/log.h"
+#include "common/manifest.h"
+#include "common/path.h"
+#include "common/sys.h"
+
+struct engine_remote {
+    shoal_client *client;
+    shoal_model_info info;
+    manifest *man;
+    engine_model *model;
+    expert_source *src;
+    int timeout_ms;
+    int opened;                /* OPEN succeeded: RELEASE on free */
+};
+
+/* The spine mappings, released by engine_model_free. */
+typedef struct spine_maps {
+    shoal_view *v;
+    size_t n;
+} spine_maps;
+
+static void spine_maps_free(void *ctx)
+{
+    spine_maps *sm = ctx;
+    if (!sm)
+        return;
+    for (size_t i = 0; i < sm->n; i++)
+        if (sm->v[i].base)
+            munmap(sm->v[i].base, sm->v[i].maplen);
+    free(sm->v);
+    free(sm);
+}
+
+uint64_t engine_remote_default_ram(void)
+{
+    shoal_buf b;
+    uint64_t kib = 0;
+    shoal_buf_init(&b, 1 << 20);
+    if (shoal_read_file("/proc/meminfo", 1 << 20, &b, NULL) == 0 &&
+        shoal_buf_append_u8(&b, 0) == 0) {
+        const char *p = strstr((const char *)b.data, "MemAvailable:");
+        if (p)
+            kib = strtoull(p + 13, NULL, 10);
+    }
+    shoal_buf_free(&b);
+    return kib * 1024 / 2;
+}
+
+int engine_remote_is_spec(const char *spec)
+{
+    return spec && strncmp(spec, "hf://", 5) == 0;
+}
+
+/* OPEN_OK's descriptor: the manifest's encoding. */
+static int manifest_read(engine_remote *r, const char *spec, shoal_err *err)
+{
+    uint8_t *buf;
+    int rc;
+
+    if (r->info.manifest_fd < 0 || r->info.manifest_len == 0 ||
+        r->info.manifest_len > MANIFEST_ENCODED_MAX)
+        return shoal_err_set(err, SHOAL_EPROTO, "%s: shoald sent no usable manifest", spec);
+    if (!(buf = malloc((size_t)r->info.manifest_len)))
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    rc = shoal_pread_all(r->info.manifest_fd, buf, (size_t)r->info.manifest_len, 0);
+    if (rc != 0)
+        rc = shoal_err_set(err, SHOAL_EIO, "%s: reading the manifest from shoald failed", spec);
+    else if ((rc = manifest_decode(buf, (size_t)r->info.manifest_len, &r->man, err)) != 0)
+        shoal_err_wrap(err, rc, "%s: manifest from shoald", spec);
+    free(buf);
+    close(r->info.manifest_fd);
+    r->info.manifest_fd = -1;
+    return rc;
+}
+
+/* GET keys[0..n) (n <= SHOAL_PROTO_MAX_KEYS) and map each into views[i]. */
+static int get_mapped(engine_remote *r, const shoal_key *keys, size_t n, shoal_view *views,
+                      shoal_err *err)
+{
+    uint64_t request;
+    size_t got = 0;
+    int rc = shoal_client_get_send(r->client, r->info.handle, 0, keys, n, &request, err);
+
+    while (rc == 0 && got < n) {
+        shoal_item it;
+        if ((rc = shoal_client_next(r->client, r->timeout_ms, &it, err)) != 0)
+            return shoal_err_wrap(err, rc, "shoald: %zu of %zu objects received", got, n);
+        if (it.request != request) {
+            shoal_item_release(&it, NULL);
+            continue;
+        }
+        got++;
+        if (it.status != 0 || it.index >= n)
+            rc = shoal_err_set(err, it.status ? it.status : SHOAL_EPROTO,
+                               "shoald could not deliver %.*s: %s",
+                               it.index < n ? (int)keys[it.index].name_len : 1,
+                               it.index < n ? keys[it.index].name : "?", shoal_strerror(it.status));
+        else if (views[it.index].base)
+            rc = shoal_err_set(err, SHOAL_EPROTO, "shoald sent item %u twice", it.index);
+        else
+            rc = shoal_item_map(&it, 0, &views[it.index], err);
+        shoal_item_release(&it, NULL);     /* closes the descriptor; the mapping stays */
+        if (rc != 0 && !it.last)
+            shoal_client_cancel(r->client, request, NULL);
+    }
+    return rc;
+}
+
+static int spine_load(engine_remote *r, const char *spec, const engine_model_options *mo,
+                      shoal_err *err)
+{
+    const manifest *man = r->man;
+    spine_maps *sm = calloc(1, sizeof *sm);
+    engine_tensor_view *tv = calloc(man->ntensors + 1, sizeof *tv);
+    shoal_key *keys = calloc(SHOAL_PROTO_MAX_KEYS, sizeof *keys);
+    uint64_t t0 = shoal_now_ns(), bytes = 0;
+    int rc = 0;
+
+    if (!sm || !tv || !keys || !(sm->v = calloc(man->ntensors + 1, sizeof *sm->v))) {
+        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+        goto done;
+    }
+    sm->n = man->ntensors;
+    for (size_t b = 0; rc == 0 && b < man->ntensors; b += SHOAL_PROTO_MAX_KEYS) {
+        size_t n = man->ntensors - b < SHOAL_PROTO_MAX_KEYS ? man->ntensors - b
+                                                              : SHOAL_PROTO_MAX_KEYS;
+        for (size_t i = 0; i < n; i++) {
+            const manifest_tensor *t = &man->tensors[b + i];
+            keys[i] = (shoal_key){ .kind = SHOAL_KEY_TENSOR, .name = t->name,
+                                   .name_len = (uint16_t)strlen(t->name) };
+        }
+        rc = get_mapped(r, keys, n, sm->v + b, err);
+    }
+    for (size_t i = 0; rc == 0 && i < man->ntensors; i++) {
+        const manifest_tensor *t = &man->tensors[i];
+        if (sm->v[i].length != t->length) {
+            rc = shoal_err_set(err, SHOAL_EPROTO, "tensor %s: shoald sent %llu bytes, the "
+                               "manifest says %llu", t->name,
+                               (unsigned long long)sm->v[i].length, (unsigned long long)t->length);
+            break;
+        }
+        tv[i] = (engine_tensor_view){ .name = t->name, .dtype = t->dtype, .ndim = t->ndim,
+                                      .data = sm->v[i].data, .length = t->length };
+        memcpy(tv[i].shape, t->shape, sizeof tv[i].shape);
+        bytes += t->length;
+    }
+    if (rc == 0) {
+        LOG_INFO("remote", "%s: %zu spine tensors (%.1f MiB) from shoald in %.1f ms", spec,
+                 man->ntensors, (double)bytes / 1048576.0, (double)(shoal_now_ns() - t0) / 1e6);
+        /* the model takes the mappings, also on failure */
+        rc = engine_model_open_views(spec, man->config, man->config_len, tv, man->ntensors,
+                                     spine_maps_free, sm, mo, &r->model, err);
+        sm = NULL;
+    }
+done:
+    spine_maps_free(sm);
+    free(tv);
+    free(keys);
+    return rc;
+}
+
+int engine_remote_open(const char *spec, const engine_remote_options *ro,
+                       const engine_model_options *mo, engine_remote **out, shoal_err *err)
+{
+    engine_remote *r = calloc(1, sizeof *r);
+    shoal_client_opts co = { 0 };
+    int rc;
+
+    *out = NULL;
+    if (!r)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    r->info.manifest_fd = -1;
+    r->timeout_ms = ro && ro->timeout_ms > 0 ? ro->timeout_ms : 60000;
+    co.home = ro ? ro->home : NULL;
+    co.socket_path = ro ? ro->socket_path : NULL;
+    co.name = "shoal-engine";
+    co.call_timeout_ms = r->timeout_ms;
+    if ((rc = shoal_client_connect(&co, &r->client, err)) != 0)
+        goto fail;
+    if ((rc = shoal_client_open(r->client, spec, &r->info, err)) != 0) {
+        shoal_err_wrap(err, rc, "shoald could not open %s", spec);
+        goto fail;
+    }
+    r->opened = 1;
+    if ((rc = manifest_read(r, spec, err)) != 0 || (rc = spine_load(r, spec, mo, err)) != 0)
+        goto fail;
+    if (r->model->cfg.expert_bytes != r->info.expert_bytes) {
+        rc = shoal_err_set(err, SHOAL_EPROTO, "%s: shoald's expert span is %llu bytes, the "
+                           "config's %llu", spec, (unsigned long long)r->info.expert_bytes,
+                           (unsigned long long)r->model->cfg.expert_bytes);
+        goto fail;
+    }
+    expert_source_shoald_options so = {
+        .expert_bytes = r->info.expert_bytes, .n_layers = (int)r->model->cfg.n_layers,
+        .experts_per_layer = (int)r->model->cfg.n_experts,
+        .ram_bytes = ro && ro->expert_ram_set ? ro->expert_ram : engine_remote_default_ram(), .page_cache = ro ? ro->page_cache : EXPERT_PC_KEEP,
+        .timeout_ms = r->timeout_ms,
+    };
+    for (int64_t i = 0; i < r->model->cfg.n_layers; i++)
+        so.moe_layers += r->model->cfg.layers[i].moe != 0;
+    if (!ro || !ro->page_cache_set) {
+        /* docs/performance.md: when every expert fits the RAM tier, cached
+         * pages are free re-reads (keep); when they do not, the page cache
+         * cannot hold the working set either, and expert pages would only
+         * push out the embedding and the spine blobs (dontneed) */
+        uint64_t all = (uint64_t)so.moe_layers * (uint64_t)so.experts_per_layer * so.expert_bytes;
+        so.page_cache = all > so.ram_bytes ? EXPERT_PC_DONTNEED : EXPERT_PC_KEEP;
+    }
+    LOG_INFO("remote", "%s: RAM tier %.1f MiB, page cache policy %s", spec,
+             (double)so.ram_bytes / 1048576.0,
+             so.page_cache == EXPERT_PC_KEEP ? "keep"
+             : so.page_cache == EXPERT_PC_DONTNEED ? "dontneed" : "direct");
+    r->src = expert_source_shoald_new(r->client, r->info.handle, &so);
+    if (!r->src) {
+        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+        goto fail;
+    }
+    *out = r;
+    return 0;
+fail:
+    engine_remote_free(r);
+    return rc;
+}
+
+engine_model *engine_remote_model(engine_remote *r)
+{
+    return r->model;
+}
+
+expert_source *engine_remote_source(engine_remote *r)
+{
+    return r->src;
+}
+
+struct shoal_client *engine_remote_client(engine_remote *r)
+{
+    return r->client;
+}
+
+uint32_t engine_remote_handle(const engine_remote *r)
+{
+    return r->info.handle;
+}
+
+int engine_remote_write_files(engine_remote *r, const char *const *names, size_t n,
+                              const char *dir, shoal_err *err)
+{
+    char path[SHOAL_PATH_MAX];
+    int rc = 0;
+
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        shoal_view v = { 0 };
+        const void *p;
+        size_t len;
+        if (strchr(names[i], '/'))
+            return shoal_err_set(err, SHOAL_EINVAL, "%s: not a plain file name", names[i]);
+        if (shoal_path_join(path, sizeof path, dir, names[i]) != 0)
+            return shoal_err_set(err, SHOAL_ETOOBIG, "%s: path too long", dir);
+        if (strcmp(names[i], "config.json") == 0) {
+            p = r->man->config;
+            len = r->man->config_len;
+        } else if (manifest_file_find(r->man, names[i]) < 0) {
+            continue;
+        } else {
+            shoal_key k = { .kind = SHOAL_KEY_FILE, .name = names[i],
+                            .name_len = (uint16_t)strlen(names[i]) };
+            if ((rc = get_mapped(r, &k, 1, &v, err)) != 0)
+                break;
+            p = v.data;
+            len = (size_t)v.length;
+        }
+        rc = shoal_write_file_atomic(path, p, len, err);
+        if (v.base)
+            munmap(v.base, v.maplen);
+    }
+    return rc;
+}
+
+void engine_remote_free(engine_remote *r)
+{
+    if (!r)
+        return;
+    expert_source_free(r->src);
+    engine_model_free(r->model);
+    manifest_free(r->man);
+    if (r->info.manifest_fd >= 0)
+        close(r->info.manifest_fd);
+    if (r->client && r->opened)
+        shoal_client_release(r->client, r->info.handle, NULL);
+    shoal_client_close(r->client);
+    free(r);
+}

@@ -1,0 +1,63 @@
+/* remote.h — a model served by shoald (DESIGN.md decision 9): the engine
+ * side of `shoal-engine run hf://org/name`.
+ *
+ * Owns: the connection to shoald (common/client.h), the OPEN of the model,
+ * the decoded manifest, the spine tensors GET'd by name and kept mapped for
+ * the model's lifetime, the bound engine_model and its shoald expert
+ * source.  Does not own the forward pass, nor the cache (shoald does).
+ *
+ * Threads: one thread at a time (the client connection is shared by the
+ * spine load and the expert source).
+ */
+#ifndef SHOAL_ENGINE_REMOTE_H
+#define SHOAL_ENGINE_REMOTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "engine/expert_source.h"
+#include "engine/model.h"
+
+typedef struct engine_remote engine_remote;
+
+typedef struct engine_remote_options {
+    const char *home;          /* shoald's home (the socket is home/shoald.sock) */
+    const char *socket_path;   /* overrides home when set */
+    int timeout_ms;            /* per item and per call; <= 0: 60 s */
+    uint64_t expert_ram;       /* the engine's RAM tier for experts, bytes, when */
+    int expert_ram_set;        /* ... set; otherwise half of MemAvailable after the spine */
+    expert_page_cache page_cache;  /* when page_cache_set; otherwise dontneed if the
+                                    * experts do not fit the RAM tier, else keep */
+    int page_cache_set;
+} engine_remote_options;
+
+/* Is `spec` a model shoald must serve ("hf://...")? */
+int engine_remote_is_spec(const char *spec);
+
+/* Connect, OPEN `spec`, GET every spine tensor and bind the model with
+ * `mo`.  A missing daemon fails with the client's "start shoald" message.
+ * *out on success (engine_remote_free), NULL on failure. */
+int engine_remote_open(const char *spec, const engine_remote_options *ro,
+                       const engine_model_options *mo, engine_remote **out, shoal_err *err);
+
+/* Half of /proc/meminfo's MemAvailable (0 when unreadable): the default
+ * RAM tier, leaving the rest to the page cache and everything else. */
+uint64_t engine_remote_default_ram(void);
+
+/* Borrowed; live until engine_remote_free. */
+engine_model *engine_remote_model(engine_remote *r);
+expert_source *engine_remote_source(engine_remote *r);
+struct shoal_client *engine_remote_client(engine_remote *r);
+uint32_t engine_remote_handle(const engine_remote *r);
+
+/* Write the model's small files `names[0..n)` into directory `dir` (for
+ * the tokenizer, which reads a directory): config.json from the manifest,
+ * the others GET'd from shoald.  A name the model does not have is skipped.
+ * 0 or a negative code. */
+int engine_remote_write_files(engine_remote *r, const char *const *names, size_t n,
+                              const char *dir, shoal_err *err);
+
+void engine_remote_free(engine_remote *r);
+
+#endif
