@@ -106,16 +106,16 @@ for rep in range(2):   # best of two: the machine is shared
     if best_curl is None or cs < best_curl[0]: best_curl = (cs, ccpu)
     if best_ours is None or os_ < best_ours[0]: best_ours = (os_, ocpu)
     if best_one is None or o1 < best_one: best_one = o1
-record("fetch_experts_loopback_gbps", total / best_ours[0] / 1e9, "GB/s",
+record("fetch.experts_loopback_gbps", total / best_ours[0] / 1e9, "GB/s",
        "curl one connection", total / best_curl[0] / 1e9, "higher", 0.9)
 # The same with one transfer, one range per request: what a connection does.
-record("fetch_experts_loopback_1conn_gbps", total / best_one / 1e9, "GB/s",
+record("fetch.experts_loopback_1conn_gbps", total / best_one / 1e9, "GB/s",
        "curl one connection", total / best_curl[0] / 1e9, "higher")
-record("fetch_cpu_s_per_gb", best_ours[1] / (total / 1e9), "s/GB",
+record("fetch.cpu_s_per_gb", best_ours[1] / (total / 1e9), "s/GB",
        "curl one connection", best_curl[1] / (total / 1e9), "lower")
 
 # Capped: 50 MB/s per connection, 8 parallel transfers, one expert each.
 subprocess.run(["curl", "-sS", "-f", "-X", "POST", HUB + "/_mock/faults?bw=50MB", "-o", os.devnull], check=True)
 cs, ccpu = ours(os.path.join(T, "capped"), ["--parallel", "8", "--coalesce", "1"])
-record("fetch_capped_8x50MBps_mbps", total / cs / 1e6, "MB/s", "8 x 50 MB/s cap", 400.0, "higher", 0.85)
+record("fetch.capped_8x50MBps_mbps", total / cs / 1e6, "MB/s", "8 x 50 MB/s cap", 400.0, "higher", 0.85)
 PYEOF
