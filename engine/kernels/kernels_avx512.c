@@ -85,10 +85,26 @@ static float row_fast(const uint8_t *p, const uint8_t *s, size_t nb,
     return finish(accE, accO, b, nb, fast_tail_fn, &t);
 }
 
-/* Batches: decode the row's full groups once (biased weights in the
- * activation layout, and scale * 0.5 per block), then one dpbusd per 64
- * weights per vector.  Same integers, same float order as row_fast. */
-static void decode_row(const uint8_t *p, const uint8_t *s, size_t ng, uint8_t *wbuf, float *sh)
+/* Batches (n > 1): a tile of MM_ROWS rows is decoded once (biased weights
+ * in the activation layout, and (scale * 0.5) spread to the accumulator
+ * layout, 16 floats per group) and kept in L1; then for every vector the
+ * group loop loads the vector's activations, bias terms and block scales
+ * once and runs them against all rows of the tile.  Per (row, vector) the
+ * integers, the products c = (s * 0.5) * d and the FMA order are exactly
+ * those of row_fast, so the result is bit-identical to n single calls.
+ *
+ * The loop is bound by the two FMA-class pipes (2 dpbusd, 2 FMA and the
+ * multiply for c per row, vector and group).  s * 0.5 = 2^(s-128) is a
+ * power of two, so when every product d * 2^(s-128) of the call is a
+ * normal float the multiply is exact and equals adding the exponents: an
+ * integer add on another pipe, same bits.  mm_pow2_ok checks that range
+ * (from the extreme exponents of the tile's scales and of the vectors'
+ * block scales); otherwise the tile multiplies. */
+#define MM_ROWS 4
+
+/* Decode one row; returns the smallest and largest scale byte. */
+static void decode_row(const uint8_t *p, const uint8_t *s, size_t ng, uint8_t *wbuf, float *sh16,
+                       unsigned *smin, unsigned *smax)
 {
     const __m512i tab = _mm512_broadcast_i32x4(tab_biased128());
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -97,31 +113,89 @@ static void decode_row(const uint8_t *p, const uint8_t *s, size_t ng, uint8_t *w
         _mm512_storeu_si512(wbuf + g * 128, _mm512_shuffle_epi8(tab, _mm512_and_si512(v, m4)));
         _mm512_storeu_si512(wbuf + g * 128 + 64,
                             _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)));
-        __m128i e = _mm_slli_epi32(_mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)
-                                   ((uint32_t)s[4 * g] | (uint32_t)s[4 * g + 1] << 8 |
-                                    (uint32_t)s[4 * g + 2] << 16 | (uint32_t)s[4 * g + 3] << 24))), 23);
-        _mm_storeu_ps(sh + 4 * g, _mm_mul_ps(_mm_castsi128_ps(e), _mm_set1_ps(0.5f)));
+        uint32_t s4;
+        memcpy(&s4, s + 4 * g, 4);
+        __m128i e = _mm_slli_epi32(_mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)s4)), 23);
+        _mm512_storeu_ps(sh16 + 16 * g, spread4(_mm_mul_ps(_mm_castsi128_ps(e), _mm_set1_ps(0.5f))));
+    }
+    for (size_t b = 0; b < 4 * ng; b++) {
+        *smin = s[b] < *smin ? s[b] : *smin;
+        *smax = s[b] > *smax ? s[b] : *smax;
     }
 }
 
-static float row_decoded(const uint8_t *wbuf, const float *sh, size_t ng, const uint8_t *p,
-                         const uint8_t *s, size_t nb, const int8_t *q, const float *d,
-                         const int32_t *bias)
+/* Biased exponents (bits 23..30) of the block scales of all vectors' full
+ * groups: smallest and largest.  d >= 0, so a zero or subnormal d shows as
+ * exponent 0. */
+static void act_exp_range(const kernels_act *a, size_t nb, size_t ng, unsigned *emin, unsigned *emax)
 {
-    __m512 accE = _mm512_setzero_ps(), accO = _mm512_setzero_ps();
-    for (size_t g = 0; g < ng; g++) {
-        __m512i pe = _mm512_dpbusd_epi32(_mm512_loadu_si512(bias + g * 32),
-                                         _mm512_loadu_si512(wbuf + g * 128),
-                                         _mm512_loadu_si512(q + g * 128));
-        __m512i po = _mm512_dpbusd_epi32(_mm512_loadu_si512(bias + g * 32 + 16),
-                                         _mm512_loadu_si512(wbuf + g * 128 + 64),
-                                         _mm512_loadu_si512(q + g * 128 + 64));
-        __m512 c = spread4(_mm_mul_ps(_mm_loadu_ps(sh + 4 * g), _mm_loadu_ps(d + 4 * g)));
-        accE = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pe), c, accE);
-        accO = _mm512_fmadd_ps(_mm512_cvtepi32_ps(po), c, accO);
+    __m512i lo = _mm512_set1_epi32(255), hi = _mm512_setzero_si512();
+    const __mmask16 all = 0xFFFF;
+    for (size_t v = 0; v < a->n; v++) {
+        const float *d = a->d + v * nb;
+        for (size_t b = 0; b < 4 * ng; b += 16) {
+            __mmask16 m = 4 * ng - b >= 16 ? all : (__mmask16)((1u << (4 * ng - b)) - 1);
+            __m512i e = _mm512_srli_epi32(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, d + b)), 23);
+            lo = _mm512_mask_min_epu32(lo, m, lo, e);
+            hi = _mm512_mask_max_epu32(hi, m, hi, e);
+        }
     }
-    struct fast_tail t = { p, s, q, d, 4 * ng, nb };
-    return finish(accE, accO, 4 * ng, nb, fast_tail_fn, &t);
+    *emin = _mm512_reduce_min_epu32(lo);
+    *emax = _mm512_reduce_max_epu32(hi);
+}
+
+/* 1 if d * 2^(s-128) is a normal float for every d, s of these ranges
+ * (s >= 2: s * 0.5 is then normal, its bits minus 1.0f's are the exponent
+ * offset). */
+static int mm_pow2_ok(unsigned emin, unsigned emax, unsigned smin, unsigned smax)
+{
+    return emin >= 1 && smin >= 2 && smax <= 254 && emin + smin >= 129 && emax + smax <= 382;
+}
+
+/* Rows [r, r + R) of the tile (decoded at wbuf/sh16, row strides ng*128 and
+ * ng*16) times every vector of a.  R and POW2 are constants after inlining,
+ * so the accumulator arrays live in registers. */
+static inline __attribute__((always_inline)) void
+mm_tile(const kernels_mxfp4 *w, size_t r, const int R, const int POW2, const uint8_t *wbuf,
+        const float *sh16, const kernels_act *a, float *y, size_t ldy)
+{
+    size_t nb = w->cols / KERNELS_BLOCK, ng = nb / 4;
+    const size_t ws = ng * 128, ss = ng * 16;
+    const __m512i one = _mm512_set1_epi32(0x3F800000);
+
+    for (size_t v = 0; v < a->n; v++) {
+        const int8_t *q = a->q + v * nb * 32;
+        const int32_t *bias = a->bias + v * nb * 8;
+        const float *d = a->d + v * nb;
+        __m512 accE[MM_ROWS], accO[MM_ROWS];
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++)
+            accE[i] = accO[i] = _mm512_setzero_ps();
+        for (size_t g = 0; g < ng; g++) {
+            __m512i qe = _mm512_loadu_si512(q + g * 128), qo = _mm512_loadu_si512(q + g * 128 + 64);
+            __m512i be = _mm512_loadu_si512(bias + g * 32);
+            __m512i bo = _mm512_loadu_si512(bias + g * 32 + 16);
+            __m512 dv = spread4(_mm_loadu_ps(d + 4 * g));
+            __m512i dx = _mm512_sub_epi32(_mm512_castps_si512(dv), one);
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) {
+                const uint8_t *W = wbuf + i * ws + g * 128;
+                __m512i pe = _mm512_dpbusd_epi32(be, _mm512_loadu_si512(W), qe);
+                __m512i po = _mm512_dpbusd_epi32(bo, _mm512_loadu_si512(W + 64), qo);
+                __m512 sh = _mm512_loadu_ps(sh16 + i * ss + g * 16);
+                __m512 c = POW2 ? _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(sh), dx))
+                                : _mm512_mul_ps(sh, dv);
+                accE[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pe), c, accE[i]);
+                accO[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(po), c, accO[i]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            const uint8_t *p = w->packed + (r + i) * nb * 16, *s = w->scale + (r + i) * nb;
+            struct fast_tail t = { p, s, q, d, 4 * ng, nb };
+            y[v * ldy + r + i] = finish(accE[i], accO[i], 4 * ng, nb, fast_tail_fn, &t);
+        }
+    }
 }
 
 static void avx512_mxfp4_fast(const kernels_mxfp4 *w, size_t r0, size_t r1,
@@ -136,14 +210,34 @@ static void avx512_mxfp4_fast(const kernels_mxfp4 *w, size_t r0, size_t r1,
                                           a->q + v * nb * 32, a->d + v * nb, a->bias + v * nb * 8);
         return;
     }
-    uint8_t wbuf[KERNELS_ROWBUF];
-    float sh[KERNELS_ROWBUF / KERNELS_BLOCK];
-    for (size_t r = r0; r < r1; r++) {
-        const uint8_t *p = w->packed + r * nb * 16, *s = w->scale + r * nb;
-        decode_row(p, s, ng, wbuf, sh);
-        for (size_t v = 0; v < a->n; v++)
-            y[v * ldy + r] = row_decoded(wbuf, sh, ng, p, s, nb, a->q + v * nb * 32,
-                                         a->d + v * nb, a->bias + v * nb * 8);
+    _Alignas(64) uint8_t wbuf[MM_ROWS * KERNELS_ROWBUF];
+    _Alignas(64) float sh16[MM_ROWS * KERNELS_ROWBUF / 8];
+    unsigned emin, emax;
+    act_exp_range(a, nb, ng, &emin, &emax);
+    for (size_t r = r0; r < r1;) {
+        int R = r + MM_ROWS <= r1 ? MM_ROWS : 1;
+        unsigned smin = 255, smax = 0;
+        for (int i = 0; i < R; i++)
+            decode_row(w->packed + (r + i) * nb * 16, w->scale + (r + i) * nb, ng,
+                       wbuf + i * ng * 128, sh16 + i * ng * 16, &smin, &smax);
+        int pow2 = mm_pow2_ok(emin, emax, smin, smax);
+        /* the tile's compute hides fetching the next tile's weights (from
+         * DRAM when the expert was just streamed in) into L2 */
+        if (r + (size_t)R < r1) {
+            const char *np = (const char *)(w->packed + (r + (size_t)R) * nb * 16);
+            const char *ns = (const char *)(w->scale + (r + (size_t)R) * nb);
+            for (size_t o = 0; o < MM_ROWS * nb * 16; o += 64)
+                _mm_prefetch(np + o, _MM_HINT_T1);
+            for (size_t o = 0; o < MM_ROWS * nb; o += 64)
+                _mm_prefetch(ns + o, _MM_HINT_T1);
+        }
+        if (R == MM_ROWS && pow2)
+            mm_tile(w, r, MM_ROWS, 1, wbuf, sh16, a, y, ldy);
+        else if (R == MM_ROWS)
+            mm_tile(w, r, MM_ROWS, 0, wbuf, sh16, a, y, ldy);
+        else
+            mm_tile(w, r, 1, 0, wbuf, sh16, a, y, ldy);
+        r += (size_t)R;
     }
 }
 
@@ -186,14 +280,80 @@ static float row_q8(const int8_t *wr, size_t nb, const int8_t *q, const float *d
     return finish(accE, accO, b, nb, q8_tail_fn, &t);
 }
 
+/* Batches (n > 1): the rows of a tile are stored once with 128 added (w ^
+ * 0x80, unsigned for dpbusd) and kept in L1; per vector and group, the
+ * lanes start at -128 times the sum of their four activations (computed
+ * once per group with a dpbusd against 0x80 and shared by the tile's rows),
+ * so the int32 lanes are exactly those of dot_lanes512 and the float order
+ * is row_q8's: bit-identical to n single calls. */
+static inline __attribute__((always_inline)) void
+q8_tile(const kernels_q8 *w, size_t r, const int R, const uint8_t *wbuf,
+        const kernels_act *a, float *y, size_t ldy)
+{
+    size_t cols = w->cols, nb = cols / KERNELS_BLOCK, ng = nb / 4;
+    const __m512i k128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+
+    for (size_t v = 0; v < a->n; v++) {
+        const int8_t *q = a->q + v * cols;
+        const float *d = a->d + v * nb;
+        __m512 accE[MM_ROWS], accO[MM_ROWS];
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++)
+            accE[i] = accO[i] = _mm512_setzero_ps();
+        for (size_t g = 0; g < ng; g++) {
+            __m512i qe = _mm512_loadu_si512(q + g * 128), qo = _mm512_loadu_si512(q + g * 128 + 64);
+            __m512i ne = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, qe));
+            __m512i no = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, qo));
+            __m512 c = spread4(_mm_loadu_ps(d + 4 * g));
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) {
+                const uint8_t *W = wbuf + i * cols + g * 128;
+                __m512i pe = _mm512_dpbusd_epi32(ne, _mm512_loadu_si512(W), qe);
+                __m512i po = _mm512_dpbusd_epi32(no, _mm512_loadu_si512(W + 64), qo);
+                accE[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pe), c, accE[i]);
+                accO[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(po), c, accO[i]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            struct q8_tail t = { w->q + (r + i) * cols, q, d, 4 * ng, nb };
+            y[v * ldy + r + i] = finish(accE[i], accO[i], 4 * ng, nb, q8_tail_fn, &t) *
+                                 w->scale[r + i];
+        }
+    }
+}
+
+static void q8_bias_rows(const int8_t *src, size_t bytes, uint8_t *dst)
+{
+    const __m512i k128 = _mm512_set1_epi8((char)0x80);
+    size_t j = 0;
+    for (; j + 64 <= bytes; j += 64)
+        _mm512_storeu_si512(dst + j, _mm512_xor_si512(_mm512_loadu_si512(src + j), k128));
+    for (; j < bytes; j++)
+        dst[j] = (uint8_t)src[j] ^ 0x80;
+}
+
 static void avx512_q8(const kernels_q8 *w, size_t r0, size_t r1,
                       const kernels_act *a, float *y, size_t ldy)
 {
     size_t nb = w->cols / KERNELS_BLOCK;
-    for (size_t r = r0; r < r1; r++)
-        for (size_t v = 0; v < a->n; v++)
-            y[v * ldy + r] = row_q8(w->q + r * w->cols, nb, a->q + v * w->cols, a->d + v * nb) *
-                             w->scale[r];
+    if (a->n == 1 || w->cols > KERNELS_ROWBUF) {
+        for (size_t r = r0; r < r1; r++)
+            for (size_t v = 0; v < a->n; v++)
+                y[v * ldy + r] = row_q8(w->q + r * w->cols, nb, a->q + v * w->cols, a->d + v * nb) *
+                                 w->scale[r];
+        return;
+    }
+    _Alignas(64) uint8_t wbuf[MM_ROWS * KERNELS_ROWBUF];
+    size_t r = r0;
+    for (; r + MM_ROWS <= r1; r += MM_ROWS) {
+        q8_bias_rows(w->q + r * w->cols, MM_ROWS * w->cols, wbuf);
+        q8_tile(w, r, MM_ROWS, wbuf, a, y, ldy);
+    }
+    for (; r < r1; r++) {
+        q8_bias_rows(w->q + r * w->cols, w->cols, wbuf);
+        q8_tile(w, r, 1, wbuf, a, y, ldy);
+    }
 }
 
 const kernels_ops kernels_ops_avx512 = {

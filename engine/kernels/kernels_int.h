@@ -41,7 +41,8 @@
 #define KERNELS_VNNI_BIAS 12
 /* Batched fast MXFP4 (n > 1) decodes a row once into a buffer of this many
  * bytes (on the stack) and reuses it for every vector; longer rows fall
- * back to decoding per vector. */
+ * back to decoding per vector.  AVX-512 decodes tiles of 4 rows (64 KB of
+ * weights plus 32 KB of spread scales on the stack; 64 KB for int8). */
 #define KERNELS_ROWBUF 16384
 /* Rows a thread takes at a time (a multiple of 32: the expert helper
  * quantizes the h rows it computed in whole blocks). */

@@ -225,6 +225,98 @@ static void test_mxfp4_fast_variants_bitexact(void **state)
         }
 }
 
+/* Batched fast MXFP4 against scalar at the edges of the float range: the
+ * batched AVX-512 path replaces (s * 0.5) * d by an exponent add when every
+ * product is a normal float and multiplies otherwise; both must give the
+ * scalar bits.  Scenarios: realistic scales (exponent add), scales over
+ * the whole ue8m0 range, tiny activations times small scales (subnormal
+ * products), and all-zero activation blocks. */
+static void test_mxfp4_fast_batched_scale_edges(void **state)
+{
+    (void)state;
+    for (int sc = 0; sc < 4; sc++)
+        for (size_t ci = 0; ci < N_COLS; ci++) {
+            size_t cols = test_cols[ci], nb = cols / 32;
+            size_t rows = 1 + rnd() % 67, n = 2 + rnd() % 5;
+            struct mat m;
+            float *x = malloc(n * cols * sizeof *x);
+            float *y0 = malloc(n * rows * sizeof *y0), *y1 = malloc(n * rows * sizeof *y1);
+            kernels_act *a = kernels_act_new(cols, n);
+            uint8_t *s;
+            mat_make(&m, rows, cols, 0);
+            s = (uint8_t *)m.w.scale;
+            fill_floats(x, n * cols);
+            for (size_t i = 0; i < rows * nb; i++) {
+                if (sc == 1)
+                    s[i] = (uint8_t)(1 + rnd() % 254);
+                else if (sc == 2)
+                    s[i] = (uint8_t)(2 + rnd() % 20);
+            }
+            for (size_t i = 0; i < n * cols; i++) {
+                if (sc == 2)
+                    x[i] *= 1e-30f;
+                else if (sc == 3 && (i / 32) % 5 == 2)
+                    x[i] = 0;
+            }
+            assert_int_equal(kernels_act_quantize(a, x, cols, n, NULL), 0);
+            use_isa(KERNELS_ISA_SCALAR);
+            assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m.w, a, y0, NULL), 0);
+            for (size_t i = 1; i < N_ISAS; i++) {
+                if (!kernels_isa_supported(all_isas[i]))
+                    continue;
+                use_isa(all_isas[i]);
+                memset(y1, 0xAB, n * rows * sizeof *y1);
+                assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m.w, a, y1, NULL), 0);
+                if (memcmp(y0, y1, n * rows * sizeof *y0) != 0)
+                    fail_msg("%s batched fast differs from scalar: scenario %d cols=%zu rows=%zu n=%zu",
+                             kernels_isa_name(all_isas[i]), sc, cols, rows, n);
+            }
+            kernels_act_free(a);
+            free(m.mem);
+            free(x);
+            free(y0);
+            free(y1);
+        }
+}
+
+/* Batched int8 products (n > 1, row tiles) memcmp-equal to scalar. */
+static void test_q8_batched_bitexact(void **state)
+{
+    (void)state;
+    for (size_t ci = 0; ci < N_COLS; ci++) {
+        size_t cols = test_cols[ci], rows = 1 + rnd() % 67, n = 2 + rnd() % 5;
+        float *w = malloc(rows * cols * sizeof *w), *x = malloc(n * cols * sizeof *x);
+        int8_t *q = malloc(rows * cols + 5);
+        float *sc = malloc(rows * sizeof *sc);
+        float *y0 = malloc(n * rows * sizeof *y0), *y1 = malloc(n * rows * sizeof *y1);
+        kernels_act *a = kernels_act_new(cols, n);
+        fill_floats(w, rows * cols);
+        fill_floats(x, n * cols);
+        assert_int_equal(kernels_q8_quantize_f32(w, rows, cols, q + 5, sc, NULL), 0);
+        kernels_q8 m = { q + 5, sc, rows, cols };
+        assert_int_equal(kernels_act_quantize(a, x, cols, n, NULL), 0);
+        use_isa(KERNELS_ISA_SCALAR);
+        assert_int_equal(kernels_q8_mul(NULL, &m, a, y0, NULL), 0);
+        for (size_t i = 1; i < N_ISAS; i++) {
+            if (!kernels_isa_supported(all_isas[i]))
+                continue;
+            use_isa(all_isas[i]);
+            memset(y1, 0xAB, n * rows * sizeof *y1);
+            assert_int_equal(kernels_q8_mul(NULL, &m, a, y1, NULL), 0);
+            if (memcmp(y0, y1, n * rows * sizeof *y0) != 0)
+                fail_msg("%s batched q8 differs from scalar: cols=%zu rows=%zu n=%zu",
+                         kernels_isa_name(all_isas[i]), cols, rows, n);
+        }
+        kernels_act_free(a);
+        free(w);
+        free(x);
+        free(q);
+        free(sc);
+        free(y0);
+        free(y1);
+    }
+}
+
 /* ---- batch and threads ---------------------------------------------------- */
 
 struct prod_case {
@@ -793,6 +885,8 @@ int main(void)
         cmocka_unit_test(test_mxfp4_exact_vs_ldexp),
         cmocka_unit_test(test_mxfp4_fast_vs_dequantized),
         cmocka_unit_test(test_mxfp4_fast_variants_bitexact),
+        cmocka_unit_test(test_mxfp4_fast_batched_scale_edges),
+        cmocka_unit_test(test_q8_batched_bitexact),
         cmocka_unit_test(test_batch_equals_single_calls),
         cmocka_unit_test(test_threads_bitexact),
         cmocka_unit_test(test_q8_products),
