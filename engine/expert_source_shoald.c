@@ -524,10 +524,12 @@ static void layer_trim(shoald_src *s, int layer)
     }
     /* why a flag and not "arrived before this fetch": a late duplicate or a
      * cancelled guess can land after the trim; only what the quota kept is
-     * the RAM tier */
+     * the RAM tier.  A slot still being read could not be trimmed, so it is
+     * not something the quota kept: counting it as a RAM hit next time would
+     * show a tier (even with a quota of 0) that did not serve it. */
     for (int e = 0; e < E; e++) {
         slot *sl = slot_at(s, layer, e);
-        sl->kept = sl->data != NULL;
+        sl->kept = sl->data != NULL && slot_ready(s, sl);
     }
 }
 
