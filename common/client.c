@@ -155,7 +155,10 @@ static int error_reply(shoal_client *c, shoal_err *err)
 /* Send the message in c->msg and wait for the reply to it, of type `want`.
  * On success the reply body is in c->body and its descriptor in *fd_out
  * (if fd_out is NULL a descriptor is an error). */
-static int client_call(shoal_client *c, uint16_t want, int *fd_out, shoal_err *err)
+/* Send the built request (with pass_fd attached when >= 0) and wait for
+ * its reply of type `want`. */
+static int client_call_fd(shoal_client *c, uint16_t want, int pass_fd, int *fd_out,
+                          shoal_err *err)
 {
     uint64_t id = c->next_id - 1;   /* begin() took it (HELLO: 0) */
     int rc = shoal_msg_end(&c->msg);
@@ -163,7 +166,7 @@ static int client_call(shoal_client *c, uint16_t want, int *fd_out, shoal_err *e
         return shoal_err_set(err, rc, "request too large");
     if (c->dead)
         return shoal_err_set(err, SHOAL_ENET, "connection to shoald (%s) is closed", c->where);
-    rc = shoal_msg_send(c->sock, c->msg.buf.data, c->msg.buf.len, -1);
+    rc = shoal_msg_send(c->sock, c->msg.buf.data, c->msg.buf.len, pass_fd);
     if (rc)
         return client_fail(c, rc == SHOAL_EIO ? SHOAL_ENET : rc, err);
     for (;;) {
@@ -195,6 +198,11 @@ static int client_call(shoal_client *c, uint16_t want, int *fd_out, shoal_err *e
             *fd_out = fd;
         return 0;
     }
+}
+
+static int client_call(shoal_client *c, uint16_t want, int *fd_out, shoal_err *err)
+{
+    return client_call_fd(c, want, -1, fd_out, err);
 }
 
 static void begin(shoal_client *c, uint16_t type)
@@ -642,4 +650,19 @@ int shoal_client_pin(shoal_client *c, uint32_t handle, int on, const shoal_key *
     shoal_msg_put_u8(&c->msg, (uint8_t)(on != 0));
     rc = put_keys(c, keys, n, err);
     return rc ? rc : client_call(c, SHOAL_MSG_OK, NULL, err);
+}
+
+int shoal_client_put(shoal_client *c, uint32_t handle, const char *name, int fd, uint64_t length,
+                     const uint8_t xxh128[16], shoal_err *err)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (!shoal_derived_name_ok(name, n) || fd < 0 || length == 0)
+        return shoal_err_set(err, SHOAL_EINVAL, "PUT: a name of 1..%d [A-Za-z0-9._-], a "
+                             "descriptor and a length > 0", SHOAL_PROTO_MAX_DERIVED);
+    shoal_msg_begin(&c->msg, SHOAL_MSG_PUT, SHOAL_MSG_F_FD, c->next_id++);
+    shoal_msg_put_u32(&c->msg, handle);
+    shoal_msg_put_str(&c->msg, name, n);
+    shoal_msg_put_u64(&c->msg, length);
+    shoal_msg_put_bytes(&c->msg, xxh128, 16);
+    return client_call_fd(c, SHOAL_MSG_OK, fd, NULL, err);
 }

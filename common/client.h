@@ -141,4 +141,14 @@ int shoal_client_report(shoal_client *c, const char *json, shoal_err *err);
 int shoal_client_pin(shoal_client *c, uint32_t handle, int on, const shoal_key *keys, size_t n,
                      shoal_err *err);
 
+/* PUT a derived object (docs/protocol.md): the first `length` bytes of
+ * `fd` (a regular file: a memfd or an unlinked temp file; the caller keeps
+ * it) stored under `name` for the model `handle` names, with its XXH3-128
+ * (canonical, big-endian).  SHOAL_EEXIST when another client stored it
+ * first (GET it), SHOAL_ENOSPC when it does not fit the cache's budget,
+ * SHOAL_ECORRUPT when the bytes do not match the hash.  The daemon copies
+ * the bytes before it answers: the call takes as long as that copy. */
+int shoal_client_put(shoal_client *c, uint32_t handle, const char *name, int fd, uint64_t length,
+                     const uint8_t xxh128[16], shoal_err *err);
+
 #endif

@@ -16,6 +16,7 @@ static const char *const msg_names[] = {
     [SHOAL_MSG_CANCEL] = "CANCEL", [SHOAL_MSG_WARM] = "WARM", [SHOAL_MSG_JOB] = "JOB",
     [SHOAL_MSG_STATS] = "STATS", [SHOAL_MSG_REPORT] = "REPORT", [SHOAL_MSG_PIN] = "PIN",
     [SHOAL_MSG_GC] = "GC", [SHOAL_MSG_VERIFY] = "VERIFY", [SHOAL_MSG_RELEASE] = "RELEASE",
+    [SHOAL_MSG_PUT] = "PUT",
     [SHOAL_MSG_OK] = "OK", [SHOAL_MSG_ERROR] = "ERROR", [SHOAL_MSG_HELLO_OK] = "HELLO_OK",
     [SHOAL_MSG_OPEN_OK] = "OPEN_OK", [SHOAL_MSG_GET_ITEM] = "GET_ITEM",
     [SHOAL_MSG_JOB_OK] = "JOB_OK", [SHOAL_MSG_JOB_STATUS] = "JOB_STATUS",
@@ -143,6 +144,7 @@ void shoal_msg_put_key(shoal_msg_builder *m, const shoal_key *k)
         break;
     case SHOAL_KEY_TENSOR:
     case SHOAL_KEY_FILE:
+    case SHOAL_KEY_DERIVED:
         shoal_msg_put_str(m, k->name, k->name_len);
         break;
     default:
@@ -250,6 +252,19 @@ void shoal_rd_str_copy(shoal_msg_reader *r, char *out, size_t cap)
     out[n] = '\0';
 }
 
+int shoal_derived_name_ok(const char *name, size_t n)
+{
+    if (!name || n == 0 || n > SHOAL_PROTO_MAX_DERIVED)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = name[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '_' || ch == '-'))
+            return 0;
+    }
+    return 1;
+}
+
 void shoal_rd_key(shoal_msg_reader *r, shoal_key *k)
 {
     size_t n = 0;
@@ -265,6 +280,12 @@ void shoal_rd_key(shoal_msg_reader *r, shoal_key *k)
         k->name = shoal_rd_str(r, &n);
         k->name_len = (uint16_t)n;
         if (n == 0)
+            r->rc = SHOAL_EPROTO;
+        break;
+    case SHOAL_KEY_DERIVED:
+        k->name = shoal_rd_str(r, &n);
+        k->name_len = (uint16_t)n;
+        if (r->rc == 0 && !shoal_derived_name_ok(k->name, n))
             r->rc = SHOAL_EPROTO;
         break;
     default:

@@ -30,6 +30,7 @@ enum shoal_msg_type {
     SHOAL_MSG_HELLO = 1, SHOAL_MSG_OPEN = 2, SHOAL_MSG_GET = 3, SHOAL_MSG_CANCEL = 4,
     SHOAL_MSG_WARM = 5, SHOAL_MSG_JOB = 6, SHOAL_MSG_STATS = 7, SHOAL_MSG_REPORT = 8,
     SHOAL_MSG_PIN = 9, SHOAL_MSG_GC = 10, SHOAL_MSG_VERIFY = 11, SHOAL_MSG_RELEASE = 12,
+    SHOAL_MSG_PUT = 13,
     SHOAL_MSG_OK = 64, SHOAL_MSG_ERROR = 65, SHOAL_MSG_HELLO_OK = 66, SHOAL_MSG_OPEN_OK = 67,
     SHOAL_MSG_GET_ITEM = 68, SHOAL_MSG_JOB_OK = 69, SHOAL_MSG_JOB_STATUS = 70,
     SHOAL_MSG_JSON = 71
@@ -38,7 +39,12 @@ enum shoal_msg_type {
 enum { SHOAL_MSG_F_FD = 1, SHOAL_MSG_F_LAST = 2 };
 
 /* Key kinds of GET and PIN. */
-enum { SHOAL_KEY_EXPERT = 1, SHOAL_KEY_TENSOR = 2, SHOAL_KEY_FILE = 3 };
+enum { SHOAL_KEY_EXPERT = 1, SHOAL_KEY_TENSOR = 2, SHOAL_KEY_FILE = 3, SHOAL_KEY_DERIVED = 4 };
+
+/* A derived object's name (PUT, SHOAL_KEY_DERIVED): 1..SHOAL_PROTO_MAX_DERIVED
+ * bytes of [A-Za-z0-9._-], so it can sit inside a cache etag. */
+#define SHOAL_PROTO_MAX_DERIVED 64
+int shoal_derived_name_ok(const char *name, size_t n);
 
 /* GET_ITEM sources. */
 enum { SHOAL_SRC_HIT = 0, SHOAL_SRC_MISS = 1, SHOAL_SRC_JOIN = 2 };

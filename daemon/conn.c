@@ -63,6 +63,8 @@ static void conn_free(conn *c)
         event_free(c->ev_write);
     if (c->fd >= 0)
         close(c->fd);
+    if (c->in_fd >= 0)
+        close(c->in_fd);
     shoal_buf_free(&c->in);
     shoal_msg_builder_free(&c->msg);
     if (c->prev)
@@ -294,17 +296,33 @@ static void conn_process(conn *c)
             conn_refuse(c, h.id, rc, err.msg);
             break;
         }
+        conn_rq.fd = -1;
+        if (h.type == SHOAL_MSG_PUT) {
+            /* the descriptor came with the PUT's first byte (the client
+             * sends one PUT at a time), so it is the one waiting */
+            if (c->in_fd < 0) {
+                conn_refuse(c, h.id, SHOAL_EPROTO, "PUT without a descriptor");
+                break;
+            }
+            conn_rq.fd = c->in_fd;
+            c->in_fd = -1;
+        }
         if (!c->hello != (h.type == SHOAL_MSG_HELLO)) {
+            if (conn_rq.fd >= 0)
+                close(conn_rq.fd);
             conn_refuse(c, h.id, SHOAL_EPROTO, c->hello ? "HELLO was already said"
                                                         : "the first message must be HELLO");
             break;
         }
-        if (ops_dispatch(c, &conn_rq) != 0) {
+        rc = ops_dispatch(c, &conn_rq);   /* takes conn_rq.fd */
+        if (rc != 0) {
             conn_close(c, 1);
             break;
         }
     }
     shoal_buf_consume(&c->in, pos);
+    if (c->closing == CONN_OPEN && !c->read_paused && c->in.len == 0 && c->in_fd >= 0)
+        conn_refuse(c, 0, SHOAL_EPROTO, "a descriptor came without a PUT");
 }
 
 static void conn_on_read(evutil_socket_t fd, short what, void *arg)
@@ -314,7 +332,7 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
     struct msghdr mh = { 0 };
     struct iovec iov;
     ssize_t r;
-    int got_fd = 0;
+    int extra_fd = 0;
     (void)what;
 
     conn_process(c);   /* frames left over from a pause */
@@ -339,8 +357,12 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
             for (size_t i = 0; i < k; i++) {
                 int pfd;
                 memcpy(&pfd, CMSG_DATA(cm) + i * sizeof(int), sizeof pfd);
-                close(pfd);
-                got_fd = 1;
+                if (c->in_fd < 0 && i == 0) {
+                    c->in_fd = pfd;   /* PUT's content: conn_process hands it over */
+                } else {
+                    close(pfd);
+                    extra_fd = 1;
+                }
             }
         }
     }
@@ -356,8 +378,8 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
         return;
     }
     c->in.len += (size_t)r;
-    if (got_fd || (mh.msg_flags & MSG_CTRUNC)) {
-        conn_refuse(c, 0, SHOAL_EPROTO, "clients do not send descriptors");
+    if (extra_fd || (mh.msg_flags & MSG_CTRUNC)) {
+        conn_refuse(c, 0, SHOAL_EPROTO, "one descriptor at a time, and only with PUT");
         return;
     }
     conn_process(c);
@@ -370,6 +392,7 @@ int conn_new(shoald *d, int fd)
         return SHOAL_ENOMEM;
     c->d = d;
     c->fd = fd;
+    c->in_fd = -1;
     c->started_ms = shoal_wall_ms();
     shoal_buf_init(&c->in, SHOAL_PROTO_HEADER + SHOAL_PROTO_MAX_BODY + 2 * CONN_READ_CHUNK);
     c->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);

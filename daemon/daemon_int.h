@@ -134,6 +134,7 @@ struct conn {
     size_t   out_count, out_control;
     int      closing;              /* flush then close */
     int      read_paused;
+    int      in_fd;                /* a PUT's descriptor received, -1 none */
     /* session */
     int      hello;
     uint64_t session;
@@ -172,6 +173,10 @@ typedef struct daemon_request {
     /* REPORT: JSON text borrowed from the body */
     const char *json;
     size_t   json_len;
+    /* PUT: name in text, length in u64, content hash and descriptor (set
+     * by conn.c; the handler owns it) */
+    uint8_t  xxh128[16];
+    int      fd;
 } daemon_request;
 
 /* Decode the body of a request of type h->type.  SHOAL_EPROTO with a
@@ -312,6 +317,17 @@ void session_item_send(conn *c, getreq *g, uint16_t i, int status, int source,
                        const cache_obj *obj);
 void session_get_free(conn *c, getreq *g);
 getreq *session_get_find(conn *c, uint64_t id);
+
+/* ---- derived.c (objects made by clients: PUT, SHOAL_KEY_DERIVED) ------------- */
+
+/* The object derived key k (SHOAL_KEY_DERIVED) of m names, when cached:
+ * o->key.etag points into etag (cap >= CACHE_ETAG_MAX + 1).  SHOAL_ENOTFOUND
+ * when nothing was stored under that name for m's commit. */
+int  derived_resolve(shoald *d, const model *m, const shoal_key *k, objref *o, char *etag,
+                     size_t cap, shoal_err *err);
+/* PUT: copy rq->fd's first rq->u64 bytes into the cache as a pinned derived
+ * object of m, checking rq->xxh128.  Does not close rq->fd. */
+int  derived_put(shoald *d, model *m, const daemon_request *rq, shoal_err *err);
 
 /* ---- ops.c ----------------------------------------------------------------------- */
 

@@ -153,9 +153,22 @@ static void get_key(conn *c, model *m, getreq *g, uint16_t i, const shoal_key *k
     objref o;
     waiter *w = &g->w[i];
     cache_req req;
+    char etag[CACHE_ETAG_MAX + 1];
     int rc;
 
-    rc = model_key_resolve(m, k, &o, &err);
+    /* a derived object is made by clients, never fetched: found or not */
+    rc = k->kind == SHOAL_KEY_DERIVED
+             ? derived_resolve(d, m, k, &o, etag, sizeof etag, &err)
+             : model_key_resolve(m, k, &o, &err);
+    if (rc == 0 && k->kind == SHOAL_KEY_DERIVED) {
+        req = (cache_req){ c->session, m->model_id, -1, -1, CACHE_TIER_DISK };
+        rc = cache_lookup(d->cache, &o.key, &req, &obj, &err);
+        if (rc == 0) {
+            c->counts.hits++;
+            session_item_send(c, g, i, 0, SHOAL_SRC_HIT, &obj);
+            return;
+        }
+    }
     if (rc) {
         session_item_send(c, g, i, rc, SHOAL_SRC_MISS, NULL);
         return;
@@ -411,7 +424,11 @@ static int op_pin(conn *c, const daemon_request *rq)
         return fail(c, rq->id, &err), 0;
     for (unsigned i = 0; i < rq->nkeys; i++) {
         objref o;
-        if (model_key_resolve(m, &rq->keys[i], &o, &err) != 0 ||
+        char etag[CACHE_ETAG_MAX + 1];
+        const shoal_key *k = &rq->keys[i];
+        if ((k->kind == SHOAL_KEY_DERIVED
+                 ? derived_resolve(c->d, m, k, &o, etag, sizeof etag, &err)
+                 : model_key_resolve(m, k, &o, &err)) != 0 ||
             cache_pin(c->d->cache, &o.key, rq->priority, &err) != 0) {
             shoal_err_wrap(&err, err.code, "key %u", i);
             return fail(c, rq->id, &err), 0;
@@ -450,6 +467,22 @@ static int op_verify(conn *c, const daemon_request *rq)
     return 0;
 }
 
+/* ---- PUT ---------------------------------------------------------------------------- */
+
+static int op_put(conn *c, const daemon_request *rq)
+{
+    shoal_err err = { 0 };
+    model *m = handle_model(c, rq->handle, &err);
+    int rc = m ? derived_put(c->d, m, rq, &err) : err.code;
+
+    close(rq->fd);
+    if (rc != 0) {
+        LOG_WARN("ops", "PUT %s: %s", rq->text, err.msg);
+        return fail(c, rq->id, &err), 0;
+    }
+    return conn_send_ok(c, rq->id), 0;
+}
+
 int ops_dispatch(conn *c, const daemon_request *rq)
 {
     LOG_TRACE("ops", "session %llu: %s id %llu", (unsigned long long)c->session,
@@ -467,6 +500,7 @@ int ops_dispatch(conn *c, const daemon_request *rq)
     case SHOAL_MSG_GC:      return op_gc(c, rq);
     case SHOAL_MSG_VERIFY:  return op_verify(c, rq);
     case SHOAL_MSG_RELEASE: return op_release(c, rq);
+    case SHOAL_MSG_PUT:     return op_put(c, rq);
     default:
         conn_send_error(c, rq->id, SHOAL_EPROTO, "not a request");
         return SHOAL_EPROTO;

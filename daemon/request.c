@@ -55,9 +55,9 @@ int daemon_request_parse(const shoal_msg_header *h, const uint8_t *body, size_t 
     q->text[0] = '\0';
     q->json = NULL;
     q->json_len = 0;
-    if (h->flags != 0)
-        return shoal_err_set(err, SHOAL_EPROTO, "%s: requests carry no flags (got 0x%x)",
-                             shoal_msg_type_name(h->type), h->flags);
+    if (h->flags != (h->type == SHOAL_MSG_PUT ? SHOAL_MSG_F_FD : 0))
+        return shoal_err_set(err, SHOAL_EPROTO, "%s: requests carry no flags but PUT's FD "
+                             "(got 0x%x)", shoal_msg_type_name(h->type), h->flags);
     if (h->type != SHOAL_MSG_HELLO && h->id == 0)
         return shoal_err_set(err, SHOAL_EPROTO, "%s: request id 0 is reserved for HELLO",
                              shoal_msg_type_name(h->type));
@@ -99,6 +99,24 @@ int daemon_request_parse(const shoal_msg_header *h, const uint8_t *body, size_t 
     case SHOAL_MSG_RELEASE:
         q->handle = shoal_rd_u32(&r);
         break;
+    case SHOAL_MSG_PUT: {
+        size_t n = 0;
+        const char *name;
+        const uint8_t *x;
+        q->handle = shoal_rd_u32(&r);
+        name = shoal_rd_str(&r, &n);
+        q->u64 = shoal_rd_u64(&r);
+        x = shoal_rd_bytes(&r, 16);
+        if (r.rc == 0 && (!shoal_derived_name_ok(name, n) || q->u64 == 0))
+            return shoal_err_set(err, SHOAL_EPROTO, "PUT: a name of 1..%d [A-Za-z0-9._-] and a "
+                                 "length > 0", SHOAL_PROTO_MAX_DERIVED);
+        if (r.rc == 0) {
+            memcpy(q->text, name, n);
+            q->text[n] = '\0';
+            memcpy(q->xxh128, x, 16);
+        }
+        break;
+    }
     default:
         return shoal_err_set(err, SHOAL_EPROTO, "%s is not a request",
                              shoal_msg_type_name(h->type));

@@ -51,6 +51,7 @@ typedef struct run_opts {
     int page_cache;              /* --page-cache (expert_page_cache) */
     int no_prefetch;             /* --prefetch on|score|off: 0, 1, 2 */
     double cutoff;               /* --prefetch-cutoff */
+    int spine_cache_off;         /* --spine-cache off */
 } run_opts;
 
 static void usage(FILE *f)
@@ -72,6 +73,8 @@ static void usage(FILE *f)
           "  --threads N         compute threads (default: online cores)\n"
           "  --chunk N           prefill chunk size (default 16)\n"
           "  --spine int8|f32    spine numerics (default int8)\n"
+          "  --spine-cache on|off  hf:// models: map the int8 spine shoald cached at an\n"
+          "                      earlier load, or store it after quantizing (default on)\n"
           "  --experts fast|exact  routed experts: int8 or f32 activations\n"
           "                      (default fast with the int8 spine, exact with f32)\n"
           "  --alog per-head|per-channel   KDA A_log indexing (default per-head)\n"
@@ -185,6 +188,10 @@ static int parse_args(int argc, char **argv, run_opts *o)
         else if (strcmp(a, "--spine") == 0) {
             if (strcmp(val, "int8") == 0) o->mopt.spine = ENGINE_SPINE_INT8;
             else if (strcmp(val, "f32") == 0) o->mopt.spine = ENGINE_SPINE_F32;
+            else goto bad;
+        } else if (strcmp(a, "--spine-cache") == 0) {
+            if (strcmp(val, "on") == 0) o->spine_cache_off = 0;
+            else if (strcmp(val, "off") == 0) o->spine_cache_off = 1;
             else goto bad;
         } else if (strcmp(a, "--experts") == 0) {
             if (strcmp(val, "fast") == 0) o->experts = KERNELS_FAST;
@@ -454,7 +461,8 @@ static int run_model(run_opts *o, shoal_err *err)
                                      .expert_ram = o->expert_ram,
                                      .expert_ram_set = o->expert_ram_set,
                                      .page_cache = (expert_page_cache)o->page_cache,
-                                     .page_cache_set = o->page_cache >= 0 };
+                                     .page_cache_set = o->page_cache >= 0,
+                                     .spine_cache_off = o->spine_cache_off };
         if ((rc = engine_remote_open(o->model, &ro, &o->mopt, &remote, err)) != 0)
             goto done;
         m = engine_remote_model(remote);
@@ -512,6 +520,14 @@ static int run_model(run_opts *o, shoal_err *err)
     }
     if (o->stats)
         print_stats(o, &g, s, src, m);
+    if (o->stats && remote) {
+        engine_remote_spine sp;
+        engine_remote_spine_info(remote, &sp);
+        fprintf(stderr, "stats: spine %s in %.1f ms%s\n",
+                sp.from_pack ? "mapped from the cached int8 pack (nothing quantized)"
+                             : "quantized at load", sp.load_ms,
+                sp.stored ? "; pack stored" : sp.refused ? "; cached pack refused" : "");
+    }
     if (o->json) {
         rc = print_json(o, &g) == 0 ? 0 : shoal_err_set(err, SHOAL_ENOMEM, "cannot build the JSON");
     } else {

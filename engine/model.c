@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "common/path.h"
 #include "common/safetensors.h"
+#include "engine/spine_pack.h"
 
 #define PREFIX "language_model."
 #define NAME_MAX_LEN 256
@@ -54,6 +55,8 @@ struct engine_model_priv {
     void *release_ctx;
     void **bufs;                 /* everything the model allocated */
     size_t n_bufs, cap_bufs;
+    engine_spine_mat *mats;      /* derived matrices in load order (names owned) */
+    size_t n_mats, cap_mats;
 };
 
 void engine_model_options_default(engine_model_options *o)
@@ -383,6 +386,39 @@ static void quant_run(void *ctx, int tid, int nthreads)
         __atomic_store_n(&j->rc, rc, __ATOMIC_RELAXED);
 }
 
+/* Remember a derived matrix (for spine_pack_write). */
+static int mat_record(engine_model *m, const char *name, const engine_mat *mat, shoal_err *err)
+{
+    struct engine_model_priv *p = m->priv;
+    if (p->n_mats == p->cap_mats) {
+        size_t cap = p->cap_mats ? p->cap_mats * 2 : 128;
+        engine_spine_mat *nm = realloc(p->mats, cap * sizeof *nm);
+        if (!nm)
+            return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+        p->mats = nm;
+        p->cap_mats = cap;
+    }
+    if (!(p->mats[p->n_mats].name = strdup(name)))
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    p->mats[p->n_mats++].mat = *mat;
+    return 0;
+}
+
+size_t engine_model_spine_mats(const engine_model *m, const engine_spine_mat **out)
+{
+    *out = m->priv->mats;
+    return m->priv->n_mats;
+}
+
+/* The next matrix from the pack instead of deriving it: the same choice of
+ * f32 or int8 as mat_from, dimensions from the config. */
+static int mat_from_pack(engine_model *m, const char *name, size_t rows, size_t cols, int f32,
+                         engine_mat *out, shoal_err *err)
+{
+    int rc = spine_pack_next(m->opt.pack, name, rows, cols, f32 || cols % 32, out, err);
+    return rc ? rc : mat_record(m, name, out, err);
+}
+
 /* Convert `rows` rows of `cols` BF16/F32 values at src into a matrix:
  * int8 + scales unless f32 (or the spine is f32). */
 static int mat_from(engine_model *m, const char *what, const uint8_t *src, int bf16,
@@ -407,7 +443,7 @@ static int mat_from(engine_model *m, const char *what, const uint8_t *src, int b
     kernels_pool_run(m->opt.pool, quant_run, &j);
     if (j.rc != 0)
         return shoal_err_set(err, j.rc, "tensor %s: cannot quantize (non-finite weight?)", what);
-    return 0;
+    return mat_record(m, what, out, err);
 }
 
 /* A 2-D float weight [rows, cols] by name. */
@@ -417,8 +453,11 @@ static int load_mat(engine_model *m, const char *name, size_t rows, size_t cols,
     const st_tensor *t;
     const uint8_t *d;
     uint64_t dims[2] = { rows, cols };
-    int rc = tensor_find(m, name, &t, &d, err);
+    int rc;
 
+    if (m->opt.pack)
+        return mat_from_pack(m, name, rows, cols, f32, out, err);
+    rc = tensor_find(m, name, &t, &d, err);
     if (rc == 0)
         rc = tensor_check(t, ST_BF16, ST_F32, 2, dims, err);
     if (rc != 0)
@@ -518,6 +557,12 @@ static int kvb_load(engine_model *m, const char *pre, engine_mla_w *w, shoal_err
     float *all, *ukt, *uv;
     int rc;
 
+    if (m->opt.pack) {
+        NM(nm, "%skv_b_proj.weight", pre);
+        if ((rc = mat_from_pack(m, nm, h * kl, nope, 0, &w->ukt, err)) != 0)
+            return rc;
+        return mat_from_pack(m, nm, h * vd, kl, 0, &w->uv, err);
+    }
     if ((rc = tensor_find(m, NM(nm, "%skv_b_proj.weight", pre), &t, &data, err)) ||
         (rc = tensor_check(t, ST_BF16, ST_F32, 2, dims, err)))
         return rc;
@@ -719,6 +764,10 @@ static int model_bind(engine_model *m, const char *label, shoal_err *err)
 {
     int rc;
 
+    if (m->opt.pack && m->opt.spine != ENGINE_SPINE_INT8)
+        return shoal_err_set(err, SHOAL_EINVAL, "a spine pack holds the int8 spine only");
+    if (m->opt.pack)
+        spine_pack_rewind(m->opt.pack);
     m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
     if (!m->layers)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
@@ -726,9 +775,13 @@ static int model_bind(engine_model *m, const char *label, shoal_err *err)
         return rc;
     for (int64_t i = 0; i < m->cfg.n_layers && rc == 0; i++)
         rc = layer_load(m, (int)i, err);
+    if (rc == 0 && m->opt.pack && spine_pack_remaining(m->opt.pack) != 0)
+        rc = shoal_err_set(err, SHOAL_EFORMAT, "spine pack: %zu matrices more than the model "
+                           "has", spine_pack_remaining(m->opt.pack));
     if (rc == 0)
         LOG_INFO("model", "%s: %" PRId64 " layers, spine %s, %.1f MiB derived", label,
-                 m->cfg.n_layers, m->opt.spine == ENGINE_SPINE_F32 ? "f32" : "int8",
+                 m->cfg.n_layers, m->opt.spine == ENGINE_SPINE_F32 ? "f32"
+                                  : m->opt.pack ? "int8 (mapped pack)" : "int8",
                  (double)m->spine_bytes / 1048576.0);
     return rc;
 }
@@ -860,6 +913,9 @@ void engine_model_free(engine_model *m)
         for (size_t i = 0; i < p->n_bufs; i++)
             free(p->bufs[i]);
         free(p->bufs);
+        for (size_t i = 0; i < p->n_mats; i++)
+            free((char *)p->mats[i].name);
+        free(p->mats);
         for (size_t i = 0; i < p->n_shards; i++) {
             if (p->shards[i].map)
                 munmap((void *)p->shards[i].map, p->shards[i].size);

@@ -42,6 +42,10 @@ typedef struct engine_model_options {
     engine_l2_mode   l2;          /* KDA q/k L2 norm form */
     double           mla_eps;     /* q_a / kv_a latent RMSNorm ε (1e-6) */
     kernels_pool    *pool;        /* threads for quantizing at load; may be NULL */
+    /* int8 spine only: take every derived matrix from this pack instead of
+     * quantizing (engine/spine_pack.h); it must outlive the model.  NULL:
+     * derive them. */
+    struct spine_pack *pack;
 } engine_model_options;
 
 void engine_model_options_default(engine_model_options *o);
@@ -150,6 +154,17 @@ int engine_model_open_views(const char *label, const uint8_t *config, size_t con
                             const engine_tensor_view *views, size_t n,
                             void (*release)(void *), void *release_ctx,
                             const engine_model_options *opt, engine_model **out, shoal_err *err);
+
+/* A derived spine matrix and the tensor it came from (name without the
+ * "language_model." prefix for a model bound from views). */
+typedef struct engine_spine_mat {
+    const char *name;
+    engine_mat  mat;
+} engine_spine_mat;
+
+/* The spine matrices in load order, as a pack stores them; *out borrowed
+ * until engine_model_free.  Returns their number. */
+size_t engine_model_spine_mats(const engine_model *m, const engine_spine_mat **out);
 
 /* Embedding row of `token` as f32 into out[D].  token < V (unchecked). */
 void engine_model_embed(const engine_model *m, int32_t token, float *out);

@@ -6,8 +6,18 @@
  * the blob's bytes alive even if shoald evicts it).  The views go to
  * engine_model_open_views, which quantizes the spine exactly as it does
  * from a directory, so both paths compute the same tokens.
+ *
+ * Cached int8 spine: before the tensors, GET the derived object
+ * SPINE_PACK_NAME.  When it is there, checks out and fits the config, the
+ * model takes its matrices from the mapped pack and only the tensors it
+ * does not cover (vectors, norms, the embedding) are GET'd; nothing is
+ * quantized.  Otherwise the load quantizes and then PUTs the pack (a memfd)
+ * for the next load.  Any refusal is a warning and a fallback, never a
+ * failed load.
  */
 #include "engine/remote.h"
+
+#include <xxhash.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +30,7 @@
 #include "common/manifest.h"
 #include "common/path.h"
 #include "common/sys.h"
+#include "engine/spine_pack.h"
 
 struct engine_remote {
     shoal_client *client;
@@ -29,9 +40,14 @@ struct engine_remote {
     expert_source *src;
     int timeout_ms;
     int opened;                /* OPEN succeeded: RELEASE on free */
+    int spine_cache;           /* use and store the int8 pack */
+    struct spine_maps *sm;     /* spine tensors mapped (freed after the model) */
+    spine_pack *pack;          /* the cached pack, parsed, when used */
+    shoal_view pack_view;      /* its mapping */
+    engine_remote_spine spine;
 };
 
-/* The spine mappings, released by engine_model_free. */
+/* The spine mappings, released after the model. */
 typedef struct spine_maps {
     shoal_view *v;
     size_t n;
@@ -124,57 +140,202 @@ static int get_mapped(engine_remote *r, const shoal_key *keys, size_t n, shoal_v
     return rc;
 }
 
+/* ---- the cached int8 spine (docs/engine.md, "Cached int8 spine") ---------- */
+
+/* GET the pack shoald keeps for this model, check it against the blob's
+ * XXH3-128 (a damaged blob on disk) and parse it (a pack from another
+ * engine version or config).  0 with r->pack, or 1: quantize instead. */
+static int pack_fetch(engine_remote *r, const char *spec)
+{
+    shoal_key k = { .kind = SHOAL_KEY_DERIVED, .name = SPINE_PACK_NAME,
+                    .name_len = (uint16_t)strlen(SPINE_PACK_NAME) };
+    shoal_err e = { 0 };
+    uint64_t request;
+    shoal_item it = { .fd = -1 };
+    XXH128_canonical_t can;
+    int rc = shoal_client_get_send(r->client, r->info.handle, 0, &k, 1, &request, &e);
+
+    while (rc == 0) {
+        if ((rc = shoal_client_next(r->client, r->timeout_ms, &it, &e)) != 0)
+            break;
+        if (it.request == request)
+            break;
+        shoal_item_release(&it, NULL);
+    }
+    if (rc == 0 && it.status == SHOAL_ENOTFOUND) {
+        LOG_INFO("remote", "%s: no cached spine pack yet: quantizing", spec);
+        return 1;
+    }
+    if (rc == 0 && it.status != 0)
+        rc = shoal_err_set(&e, it.status, "%s", shoal_strerror(it.status));
+    if (rc == 0)
+        rc = shoal_item_map(&it, 0, &r->pack_view, &e);
+    if (rc == 0) {
+        XXH128_canonicalFromHash(&can, XXH3_128bits(r->pack_view.data, r->pack_view.length));
+        if (memcmp(can.digest, it.xxh128, 16) != 0)
+            rc = shoal_err_set(&e, SHOAL_ECORRUPT, "its bytes do not match the cache's "
+                               "XXH3-128 (damaged on disk? `shoal verify` removes it)");
+    }
+    if (rc == 0)
+        rc = spine_pack_open(r->pack_view.data, r->pack_view.length, r->man->config,
+                             r->man->config_len, &r->pack, &e);
+    /* the descriptor goes; the mapping stays while the pack is used */
+    shoal_item_release(&it, rc == 0 ? NULL : &r->pack_view);
+    if (rc != 0) {
+        LOG_WARN("remote", "%s: cached spine pack refused: %s; quantizing instead", spec, e.msg);
+        r->spine.refused = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static void pack_drop(engine_remote *r)
+{
+    spine_pack_free(r->pack);
+    r->pack = NULL;
+    if (r->pack_view.base)
+        munmap(r->pack_view.base, r->pack_view.maplen);
+    memset(&r->pack_view, 0, sizeof r->pack_view);
+}
+
+/* Quantized at this load: hand the pack to shoald for the next one.  Any
+ * failure only costs the next load a quantization. */
+static void pack_store(engine_remote *r, const char *spec)
+{
+    shoal_err e = { 0 };
+    uint8_t xxh[16];
+    uint64_t len = 0;
+    int fd = memfd_create("shoal-spine-pack", MFD_CLOEXEC);
+    int rc = fd < 0 ? shoal_err_set(&e, SHOAL_EIO, "memfd_create failed") : 0;
+
+    if (rc == 0)
+        rc = spine_pack_write(r->model, r->man->config, r->man->config_len, fd, &len, xxh, &e);
+    if (rc == 0)
+        rc = shoal_client_put(r->client, r->info.handle, SPINE_PACK_NAME, fd, len, xxh, &e);
+    if (fd >= 0)
+        close(fd);
+    if (rc == 0) {
+        r->spine.stored = 1;
+        LOG_INFO("remote", "%s: spine pack stored in shoald's cache (%.1f MiB)", spec,
+                 (double)len / 1048576.0);
+    } else if (rc == SHOAL_EEXIST) {
+        LOG_INFO("remote", "%s: another engine stored the spine pack first", spec);
+    } else {
+        LOG_WARN("remote", "%s: could not store the spine pack (%s); the next load quantizes "
+                 "again", spec, e.msg);
+    }
+}
+
+/* GET every spine tensor not mapped yet that the pack (when set) does not
+ * cover, and fill tv with every mapped one.  *nv: views filled. */
+static int spine_fetch(engine_remote *r, engine_tensor_view *tv, size_t *nv, uint64_t *bytes,
+                       shoal_err *err)
+{
+    const manifest *man = r->man;
+    shoal_key *keys = calloc(SHOAL_PROTO_MAX_KEYS, sizeof *keys);
+    size_t *idx = calloc(SHOAL_PROTO_MAX_KEYS, sizeof *idx);
+    shoal_view *v = calloc(SHOAL_PROTO_MAX_KEYS, sizeof *v);
+    size_t n = 0;
+    int rc = 0;
+
+    if (!keys || !idx || !v)
+        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    for (size_t i = 0; rc == 0 && i <= man->ntensors; i++) {
+        if (i < man->ntensors) {
+            const manifest_tensor *t = &man->tensors[i];
+            if (r->sm->v[i].base || (r->pack && spine_pack_covers(r->pack, t->name)))
+                continue;
+            keys[n] = (shoal_key){ .kind = SHOAL_KEY_TENSOR, .name = t->name,
+                                   .name_len = (uint16_t)strlen(t->name) };
+            idx[n++] = i;
+        }
+        if (n == 0 || (n < SHOAL_PROTO_MAX_KEYS && i < man->ntensors))
+            continue;
+        memset(v, 0, n * sizeof *v);
+        rc = get_mapped(r, keys, n, v, err);
+        for (size_t j = 0; j < n; j++)   /* mapped ones are kept, also on failure */
+            r->sm->v[idx[j]] = v[j];
+        n = 0;
+    }
+    *nv = 0;
+    *bytes = 0;
+    for (size_t i = 0; rc == 0 && i < man->ntensors; i++) {
+        const manifest_tensor *t = &man->tensors[i];
+        if (!r->sm->v[i].base)
+            continue;
+        if (r->sm->v[i].length != t->length) {
+            rc = shoal_err_set(err, SHOAL_EPROTO, "tensor %s: shoald sent %llu bytes, the "
+                               "manifest says %llu", t->name,
+                               (unsigned long long)r->sm->v[i].length,
+                               (unsigned long long)t->length);
+            break;
+        }
+        tv[*nv] = (engine_tensor_view){ .name = t->name, .dtype = t->dtype, .ndim = t->ndim,
+                                        .data = r->sm->v[i].data, .length = t->length };
+        memcpy(tv[*nv].shape, t->shape, sizeof tv[*nv].shape);
+        (*nv)++;
+        *bytes += t->length;
+    }
+    free(keys);
+    free(idx);
+    free(v);
+    return rc;
+}
+
 static int spine_load(engine_remote *r, const char *spec, const engine_model_options *mo,
                       shoal_err *err)
 {
     const manifest *man = r->man;
-    spine_maps *sm = calloc(1, sizeof *sm);
     engine_tensor_view *tv = calloc(man->ntensors + 1, sizeof *tv);
-    shoal_key *keys = calloc(SHOAL_PROTO_MAX_KEYS, sizeof *keys);
+    engine_model_options o = *mo;
     uint64_t t0 = shoal_now_ns(), bytes = 0;
+    size_t nv = 0;
     int rc = 0;
 
-    if (!sm || !tv || !keys || !(sm->v = calloc(man->ntensors + 1, sizeof *sm->v))) {
-        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
-        goto done;
+    r->sm = calloc(1, sizeof *r->sm);
+    if (!tv || !r->sm || !(r->sm->v = calloc(man->ntensors + 1, sizeof *r->sm->v))) {
+        free(tv);
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     }
-    sm->n = man->ntensors;
-    for (size_t b = 0; rc == 0 && b < man->ntensors; b += SHOAL_PROTO_MAX_KEYS) {
-        size_t n = man->ntensors - b < SHOAL_PROTO_MAX_KEYS ? man->ntensors - b
-                                                              : SHOAL_PROTO_MAX_KEYS;
-        for (size_t i = 0; i < n; i++) {
-            const manifest_tensor *t = &man->tensors[b + i];
-            keys[i] = (shoal_key){ .kind = SHOAL_KEY_TENSOR, .name = t->name,
-                                   .name_len = (uint16_t)strlen(t->name) };
-        }
-        rc = get_mapped(r, keys, n, sm->v + b, err);
-    }
-    for (size_t i = 0; rc == 0 && i < man->ntensors; i++) {
-        const manifest_tensor *t = &man->tensors[i];
-        if (sm->v[i].length != t->length) {
-            rc = shoal_err_set(err, SHOAL_EPROTO, "tensor %s: shoald sent %llu bytes, the "
-                               "manifest says %llu", t->name,
-                               (unsigned long long)sm->v[i].length, (unsigned long long)t->length);
-            break;
-        }
-        tv[i] = (engine_tensor_view){ .name = t->name, .dtype = t->dtype, .ndim = t->ndim,
-                                      .data = sm->v[i].data, .length = t->length };
-        memcpy(tv[i].shape, t->shape, sizeof tv[i].shape);
-        bytes += t->length;
-    }
+    r->sm->n = man->ntensors;
+    o.pack = NULL;
+    if (r->spine_cache && mo->spine == ENGINE_SPINE_INT8 && pack_fetch(r, spec) == 0)
+        o.pack = r->pack;
+    rc = spine_fetch(r, tv, &nv, &bytes, err);
     if (rc == 0) {
-        LOG_INFO("remote", "%s: %zu spine tensors (%.1f MiB) from shoald in %.1f ms", spec,
-                 man->ntensors, (double)bytes / 1048576.0, (double)(shoal_now_ns() - t0) / 1e6);
-        /* the model takes the mappings, also on failure */
-        rc = engine_model_open_views(spec, man->config, man->config_len, tv, man->ntensors,
-                                     spine_maps_free, sm, mo, &r->model, err);
-        sm = NULL;
+        LOG_INFO("remote", "%s: %zu spine tensors (%.1f MiB) from shoald in %.1f ms%s", spec, nv,
+                 (double)bytes / 1048576.0, (double)(shoal_now_ns() - t0) / 1e6,
+                 o.pack ? " beside the cached int8 pack" : "");
+        rc = engine_model_open_views(spec, man->config, man->config_len, tv, nv, NULL, NULL, &o,
+                                     &r->model, err);
     }
-done:
-    spine_maps_free(sm);
+    if (rc != 0 && o.pack) {
+        /* a pack that parses but does not fit this model's config */
+        LOG_WARN("remote", "%s: cached spine pack refused: %s; quantizing instead", spec,
+                 err ? err->msg : "?");
+        r->spine.refused = 1;
+        pack_drop(r);
+        o.pack = NULL;
+        rc = spine_fetch(r, tv, &nv, &bytes, err);
+        if (rc == 0)
+            rc = engine_model_open_views(spec, man->config, man->config_len, tv, nv, NULL, NULL,
+                                         &o, &r->model, err);
+    }
     free(tv);
-    free(keys);
-    return rc;
+    if (rc != 0)
+        return rc;
+    r->spine.from_pack = o.pack != NULL;
+    r->spine.load_ms = (double)(shoal_now_ns() - t0) / 1e6;
+    LOG_INFO("remote", "%s: spine ready in %.1f ms (%s)", spec, r->spine.load_ms,
+             o.pack ? "mapped the cached int8 pack, nothing quantized" : "quantized at load");
+    if (!o.pack && r->spine_cache && mo->spine == ENGINE_SPINE_INT8)
+        pack_store(r, spec);
+    return 0;
+}
+
+void engine_remote_spine_info(const engine_remote *r, engine_remote_spine *out)
+{
+    *out = r->spine;
 }
 
 int engine_remote_open(const char *spec, const engine_remote_options *ro,
@@ -189,6 +350,7 @@ int engine_remote_open(const char *spec, const engine_remote_options *ro,
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     r->info.manifest_fd = -1;
     r->timeout_ms = ro && ro->timeout_ms > 0 ? ro->timeout_ms : 60000;
+    r->spine_cache = !(ro && ro->spine_cache_off);
     co.home = ro ? ro->home : NULL;
     co.socket_path = ro ? ro->socket_path : NULL;
     co.name = "shoal-engine";
@@ -300,6 +462,8 @@ void engine_remote_free(engine_remote *r)
         return;
     expert_source_free(r->src);
     engine_model_free(r->model);
+    spine_maps_free(r->sm);      /* the model viewed them: after it */
+    pack_drop(r);
     manifest_free(r->man);
     if (r->info.manifest_fd >= 0)
         close(r->info.manifest_fd);

@@ -30,7 +30,16 @@ typedef struct engine_remote_options {
     expert_page_cache page_cache;  /* when page_cache_set; otherwise dontneed if the
                                     * experts do not fit the RAM tier, else keep */
     int page_cache_set;
+    int spine_cache_off;       /* neither use nor store the cached int8 spine pack */
 } engine_remote_options;
+
+/* How the spine was loaded. */
+typedef struct engine_remote_spine {
+    int    from_pack;          /* mapped the cached int8 pack: nothing quantized */
+    int    stored;             /* quantized, and the pack was stored for next time */
+    int    refused;            /* a cached pack was there but refused (warned) */
+    double load_ms;            /* from the first spine GET to the model bound */
+} engine_remote_spine;
 
 /* Is `spec` a model shoald must serve ("hf://...")? */
 int engine_remote_is_spec(const char *spec);
@@ -50,6 +59,7 @@ engine_model *engine_remote_model(engine_remote *r);
 expert_source *engine_remote_source(engine_remote *r);
 struct shoal_client *engine_remote_client(engine_remote *r);
 uint32_t engine_remote_handle(const engine_remote *r);
+void engine_remote_spine_info(const engine_remote *r, engine_remote_spine *out);
 
 /* Write the model's small files `names[0..n)` into directory `dir` (for
  * the tokenizer, which reads a directory): config.json from the manifest,

@@ -140,6 +140,30 @@ static void *fake_main(void *arg)
             reply(s, &m, -1);
             break;
         }
+        case SHOAL_MSG_PUT: {
+            /* OK only for a well-formed PUT whose descriptor holds the
+             * bytes it names; "taken" has been stored by someone else */
+            uint32_t handle = shoal_rd_u32(&r);
+            size_t n = 0;
+            const char *name = shoal_rd_str(&r, &n);
+            uint64_t len = shoal_rd_u64(&r);
+            const uint8_t *x = shoal_rd_bytes(&r, 16);
+            char content[32] = { 0 };
+            int ok = shoal_rd_finish(&r) == 0 && h.flags == SHOAL_MSG_F_FD && fd >= 0 &&
+                     handle == 3 && len == 10 && x[0] == 0xab && x[15] == 0xcd &&
+                     pread(fd, content, 10, 0) == 10 && strcmp(content, "pack-bytes") == 0;
+            int taken = ok && n == 5 && memcmp(name, "taken", 5) == 0;
+            const char *msg = taken ? "stored already" : "bad PUT";
+            if (ok && !taken) {
+                shoal_msg_begin(&m, SHOAL_MSG_OK, SHOAL_MSG_F_LAST, h.id);
+            } else {
+                shoal_msg_begin(&m, SHOAL_MSG_ERROR, SHOAL_MSG_F_LAST, h.id);
+                shoal_msg_put_i32(&m, taken ? SHOAL_EEXIST : SHOAL_EPROTO);
+                shoal_msg_put_str(&m, msg, strlen(msg));
+            }
+            reply(s, &m, -1);
+            break;
+        }
         default: {
             const char *msg = "not supported by the test daemon";
             shoal_msg_begin(&m, SHOAL_MSG_ERROR, SHOAL_MSG_F_LAST, h.id);
@@ -280,6 +304,22 @@ static void test_session(void **state)
 
     /* Nothing more: a timeout, not a hang. */
     assert_int_equal(shoal_client_next(c, 50, &it, &e), SHOAL_ETIMEOUT);
+
+    /* PUT a derived object: the descriptor travels with the request. */
+    {
+        uint8_t x[16] = { 0xab };
+        int pf = blob_with("pack-bytes");
+        x[15] = 0xcd;
+        assert_int_equal(shoal_client_put(c, 3, "spine-int8-p1-q1", pf, 10, x, &e), 0);
+        assert_int_equal(shoal_client_put(c, 3, "taken", pf, 10, x, &e), SHOAL_EEXIST);
+        assert_non_null(strstr(e.msg, "stored already"));
+        /* refused before sending: bad name, no descriptor, empty */
+        assert_int_equal(shoal_client_put(c, 3, "a/b", pf, 10, x, &e), SHOAL_EINVAL);
+        assert_int_equal(shoal_client_put(c, 3, "", pf, 10, x, &e), SHOAL_EINVAL);
+        assert_int_equal(shoal_client_put(c, 3, "ok", -1, 10, x, &e), SHOAL_EINVAL);
+        assert_int_equal(shoal_client_put(c, 3, "ok", pf, 0, x, &e), SHOAL_EINVAL);
+        close(pf);
+    }
 
     /* The daemon's errors come back with their code and message. */
     assert_int_equal(shoal_client_release(c, 3, &e), SHOAL_EUNSUPPORTED);

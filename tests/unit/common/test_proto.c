@@ -138,6 +138,68 @@ static void test_fields_roundtrip(void **state)
     shoal_msg_builder_free(&m);
 }
 
+/* PUT (type 13) and the derived-object key (kind 4). */
+static void test_put_and_derived_key(void **state)
+{
+    shoal_msg_builder m = { 0 };
+    shoal_msg_reader r;
+    shoal_msg_header h;
+    shoal_key k, dk = { SHOAL_KEY_DERIVED, 0, 0, "spine-int8-p1-q1", 16 };
+    uint8_t x[16];
+    size_t n;
+    const char *s;
+    (void)state;
+
+    assert_true(shoal_msg_type_known(SHOAL_MSG_PUT));
+    assert_string_equal(shoal_msg_type_name(SHOAL_MSG_PUT), "PUT");
+    for (int i = 0; i < 16; i++)
+        x[i] = (uint8_t)(i * 17);
+    shoal_msg_begin(&m, SHOAL_MSG_PUT, SHOAL_MSG_F_FD, 9);
+    shoal_msg_put_u32(&m, 2);
+    shoal_msg_put_str(&m, "spine-int8-p1-q1", 16);
+    shoal_msg_put_u64(&m, 123456789ull);
+    shoal_msg_put_bytes(&m, x, 16);
+    shoal_msg_put_key(&m, &dk);
+    assert_int_equal(shoal_msg_end(&m), 0);
+    assert_int_equal(shoal_msg_header_decode(m.buf.data, &h, NULL), 0);
+    assert_int_equal(h.type, SHOAL_MSG_PUT);
+    assert_int_equal(h.flags, SHOAL_MSG_F_FD);
+    shoal_rd_init(&r, m.buf.data + SHOAL_PROTO_HEADER, h.len);
+    assert_int_equal(shoal_rd_u32(&r), 2);
+    s = shoal_rd_str(&r, &n);
+    assert_int_equal(n, 16);
+    assert_memory_equal(s, "spine-int8-p1-q1", 16);
+    assert_true(shoal_rd_u64(&r) == 123456789ull);
+    assert_memory_equal(shoal_rd_bytes(&r, 16), x, 16);
+    shoal_rd_key(&r, &k);
+    assert_int_equal(k.kind, SHOAL_KEY_DERIVED);
+    assert_int_equal(k.name_len, 16);
+    assert_memory_equal(k.name, "spine-int8-p1-q1", 16);
+    assert_int_equal(shoal_rd_finish(&r), 0);
+    shoal_msg_builder_free(&m);
+
+    /* Derived names stay inside an etag: no separators, no spaces, bounded. */
+    assert_true(shoal_derived_name_ok("a.b_c-D9", 8));
+    assert_false(shoal_derived_name_ok("a:b", 3));
+    assert_false(shoal_derived_name_ok("a/b", 3));
+    assert_false(shoal_derived_name_ok("a b", 3));
+    assert_false(shoal_derived_name_ok("", 0));
+    {
+        char big[SHOAL_PROTO_MAX_DERIVED + 1];
+        memset(big, 'a', sizeof big);
+        assert_true(shoal_derived_name_ok(big, SHOAL_PROTO_MAX_DERIVED));
+        assert_false(shoal_derived_name_ok(big, sizeof big));
+    }
+    /* A derived key with a bad name does not parse. */
+    shoal_rd_init(&r, "\x04\x03\x00" "a:b", 6);
+    shoal_rd_key(&r, &k);
+    assert_int_equal(r.rc, SHOAL_EPROTO);
+    shoal_rd_init(&r, "\x04\x03\x00" "abc", 6);
+    shoal_rd_key(&r, &k);
+    assert_int_equal(shoal_rd_finish(&r), 0);
+    assert_int_equal(k.kind, SHOAL_KEY_DERIVED);
+}
+
 static void test_builder_limits(void **state)
 {
     shoal_msg_builder m = { 0 };
@@ -262,6 +324,7 @@ int main(void)
         cmocka_unit_test(test_header_roundtrip),
         cmocka_unit_test(test_header_rejects),
         cmocka_unit_test(test_fields_roundtrip),
+        cmocka_unit_test(test_put_and_derived_key),
         cmocka_unit_test(test_builder_limits),
         cmocka_unit_test(test_send_recv_fd),
         cmocka_unit_test(test_recv_failures),

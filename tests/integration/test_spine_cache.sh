@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# test_spine_cache.sh — the cached int8 spine through shoald (issue 9):
+#   the first `run hf://t/tiny` quantizes and PUTs the pack (a derived
+#   object in `shoal ls --json`); the second maps it (nothing quantized) and
+#   computes the same ids and logits as the first run and the local run;
+#   a pack blob damaged on disk is refused by the engine (fallback: quantize,
+#   same logits) and removed by `shoal verify`, after which the next run
+#   stores it again; `--spine-cache off` neither uses nor stores it; a PUT
+#   refused for the budget (ENOSPC) does not fail the run.
+source "$(dirname "$0")/lib.sh"
+E="$BIN/shoal-engine"
+[ -x "$E" ] && [ -x "$BIN/shoald" ] && [ -x "$BIN/shoal" ] || skip "shoal-engine/shoald not built"
+
+"$BIN/mkmodel" --preset tiny --seed 3 --out "$T/m" --quiet || fail "mkmodel"
+start_hubmock --repo t/tiny="$T/m" --log "$T/hub.jsonl"
+export HF_ENDPOINT=$HUB
+H=$T/home
+M=hf://t/tiny
+P=7,100,300,5,9,42,11,12,13,700,1
+mkdir -p "$H"
+bg shoald "$BIN/shoald" --home "$H" --no-fsync --log "$T/shoald.log"
+wait_line "$T/shoald.log" 'ready on' 20 || fail "shoald did not start"
+
+"$E" run "$T/m" --tokens $P --max-tokens 6 --dump-logits "$T/l_local" > "$T/o_local" \
+    || fail "local run"
+
+run_remote() {   # NAME HOME ARGS...
+    local name=$1 home=$2; shift 2
+    timeout 120 "$E" run $M --home "$home" --tokens $P --max-tokens 6 --stats \
+        --dump-logits "$T/l_$name" "$@" > "$T/o_$name" 2> "$T/e_$name" \
+        || { cat "$T/e_$name"; fail "$name: run through shoald ($*)"; }
+    cmp -s "$T/o_local" "$T/o_$name" \
+        || fail "$name: ids '$(cat "$T/o_$name")' differ from the local run's '$(cat "$T/o_local")'"
+    cmp -s "$T/l_local" "$T/l_$name" || fail "$name: logits differ from the local run"
+}
+spine_line() { grep '^stats: spine ' "$T/e_$1" | tail -n 1; }
+derived_bytes() {   # HOME
+    "$BIN/shoal" --home "$1" ls --json | /usr/bin/python3 -c \
+        'import json,sys; print(sum(m["bytes_by_kind"]["derived"] for m in json.load(sys.stdin)["models"]))'
+}
+
+# ---- first run quantizes and stores, second maps --------------------------------------
+run_remote first "$H"
+spine_line first | grep -q 'quantized at load.*pack stored' \
+    || { cat "$T/e_first"; fail "first run did not quantize and store the pack"; }
+D=$(sed -n 's/.*stored spine-int8-p1-q1 (\([0-9]*\) bytes).*/\1/p' "$T/shoald.log" | head -n 1)
+[ "${D:-0}" -gt 0 ] || fail "shoald did not log the stored pack"
+# derived objects: the manifest shoald keeps (stored at OPEN) and the pack
+DT=$(derived_bytes "$H")
+[ "${DT:-0}" -ge "$D" ] || fail "shoal ls --json shows $DT derived bytes, less than the pack's $D"
+echo "ok   first run: $(spine_line first); pack of $D bytes in the cache"
+
+run_remote second "$H"
+spine_line second | grep -q 'mapped from the cached int8 pack (nothing quantized)' \
+    || { cat "$T/e_second"; fail "second run did not map the pack"; }
+cmp -s "$T/l_first" "$T/l_second" || fail "second run's logits differ from the first run's"
+echo "ok   second run: $(spine_line second); ids and logits equal the first and the local run"
+
+# ---- the protocol's refusals, from a raw client -----------------------------------------
+# PUT of a name already stored: EEXIST; content not matching its hash:
+# ECORRUPT (nothing stored); GET of an unknown derived name: ENOTFOUND; a
+# PUT without its descriptor: EPROTO and the connection closes.
+/usr/bin/python3 - "$H/shoald.sock" > "$T/raw.out" 2>&1 <<'PY' || { cat "$T/raw.out"; fail "raw PUT checks"; }
+import array, os, socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+def msg(t, rid, body, flags=0):
+    return b"SHL\x01" + struct.pack("<IHHIQ", len(body), t, flags, 0, rid) + body
+def pstr(b):
+    return struct.pack("<H", len(b)) + b
+def recv():
+    fds = array.array("i")
+    data, anc, _, _ = s.recvmsg(24, socket.CMSG_SPACE(4))
+    for lvl, typ, d in anc:
+        fds.frombytes(d[:4])
+    if not data:
+        return None
+    n, t, fl, _, rid = struct.unpack("<IHHIQ", data[4:24])
+    body = b""
+    while len(body) < n:
+        body += s.recv(n - len(body))
+    for fd in fds:
+        os.close(fd)
+    return t, rid, body
+def err(body):
+    return struct.unpack("<i", body[:4])[0]
+s.sendall(msg(1, 0, struct.pack("<H", 1) + pstr(b"raw") + struct.pack("<I", os.getpid())))
+assert recv()[0] == 66
+s.sendall(msg(2, 1, pstr(b"hf://t/tiny")))
+t, _, body = recv()
+assert t == 67, t
+handle = struct.unpack("<I", body[:4])[0]
+fd = os.memfd_create("x")
+os.write(fd, b"0123456789" * 100)
+def put(rid, name, n, h, flags=1, withfd=True):
+    m = msg(13, rid, struct.pack("<I", handle) + pstr(name) + struct.pack("<Q", n) + h, flags)
+    anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))] if withfd else []
+    s.sendmsg([m], anc)
+    return recv()
+t, rid, body = put(2, b"spine-int8-p1-q1", 1000, b"\0" * 16)
+assert t == 65 and err(body) == -14, (t, body)
+print("PUT existing name:", body[6:].decode())
+t, rid, body = put(3, b"raw-test", 1000, b"\0" * 16)
+assert t == 65 and err(body) == -16, (t, body)
+print("PUT bad hash:", body[6:].decode())
+t, rid, body = put(4, b"raw-test", 2000, b"\0" * 16)
+assert t == 65 and err(body) == -3, (t, body)
+print("PUT longer than its descriptor:", body[6:].decode())
+s.sendall(msg(3, 5, struct.pack("<IBH", handle, 0, 1) + b"\x04" + pstr(b"raw-test")))
+t, rid, body = recv()
+assert t == 68 and struct.unpack("<i", body[2:6])[0] == -4, (t, body)
+print("GET unknown derived name: ENOTFOUND")
+t, rid, body = put(6, b"raw-test", 1000, b"\0" * 16, flags=0, withfd=False)
+assert t == 65 and err(body) == -8, (t, body)
+assert recv() is None
+print("PUT without descriptor:", body[6:].decode(), "(closed)")
+PY
+grep -q 'stored raw-test' "$T/shoald.log" && fail "a PUT with a bad hash was stored"
+echo "ok   raw client: $(tr '\n' ';' < "$T/raw.out" | head -c 300)"
+
+# ---- off: neither used nor stored ---------------------------------------------------------
+run_remote off "$H" --spine-cache off
+spine_line off | grep -q 'quantized at load in [0-9.]* ms$' \
+    || { cat "$T/e_off"; fail "--spine-cache off: $(spine_line off)"; }
+echo "ok   --spine-cache off quantizes and stores nothing"
+
+# ---- a pack damaged on disk -----------------------------------------------------------------
+blob=$(find "$H/blobs" -type f -size "${D}c" | head -n 1)
+[ -n "$blob" ] || fail "no blob of $D bytes in $H/blobs"
+printf '\x5a\x5a\x5a\x5a' | dd of="$blob" bs=1 seek=$((D / 2)) conv=notrunc status=none
+run_remote damaged "$H"
+spine_line damaged | grep -q 'quantized at load.*cached pack refused' \
+    || { cat "$T/e_damaged"; fail "a damaged pack was not refused"; }
+grep -q 'cached spine pack refused.*XXH3-128' "$T/e_damaged" \
+    || { cat "$T/e_damaged"; fail "the engine's warning does not name the checksum"; }
+rc=0; "$BIN/shoal" --home "$H" verify > "$T/verify.out" 2>&1 || rc=$?
+[ $rc = 5 ] || { cat "$T/verify.out"; fail "shoal verify did not report the damaged pack (exit $rc)"; }
+[ "$(derived_bytes "$H")" = $((DT - D)) ] || fail "shoal verify left the damaged pack in the cache"
+run_remote restored "$H"
+spine_line restored | grep -q 'pack stored' || { cat "$T/e_restored"; fail "pack not stored again"; }
+run_remote remapped "$H"
+spine_line remapped | grep -q 'mapped from the cached int8 pack' \
+    || { cat "$T/e_remapped"; fail "the re-stored pack is not mapped"; }
+echo "ok   damaged pack: engine refused it ($(grep -o 'refused: [^;]*' "$T/e_damaged" | head -c 90)), verify removed it, stored again"
+
+# ---- a budget with no room for the pack: ENOSPC, the run goes on -------------------------------
+# the spine (pinned) fits; spine + pack does not
+S=$("$BIN/shoal" --home "$H" ls --json | /usr/bin/python3 -c \
+    'import json,sys; print(json.load(sys.stdin)["models"][0]["coverage"]["spine_bytes"])')
+H2=$T/home2
+mkdir -p "$H2"
+bg shoald2 "$BIN/shoald" --home "$H2" --no-fsync --max-size $((S + D * 9 / 10)) --log "$T/shoald2.log"
+wait_line "$T/shoald2.log" 'ready on' 20 || fail "shoald (small budget) did not start"
+run_remote nospace "$H2"
+grep -q 'could not store the spine pack' "$T/e_nospace" \
+    || { cat "$T/e_nospace"; fail "ENOSPC for the PUT was not reported as a warning"; }
+spine_line nospace | grep -q 'quantized at load in [0-9.]* ms$' \
+    || { cat "$T/e_nospace"; fail "nospace: $(spine_line nospace)"; }
+grep -q 'stored spine-int8' "$T/shoald2.log" && fail "a pack was stored over the budget"
+echo "ok   budget without room: $(grep -o 'could not store[^;]*' "$T/e_nospace" | head -c 120); run succeeded"
