@@ -113,6 +113,20 @@ int shoal_size_parse(const char *s, uint64_t *out)
     return 0;
 }
 
+int shoal_long_parse(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    long v;
+    if (!s)
+        return SHOAL_EINVAL;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return SHOAL_EINVAL;
+    *out = v;
+    return 0;
+}
+
 char *shoal_size_format(uint64_t bytes, char *out, size_t cap)
 {
     static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };

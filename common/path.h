@@ -43,6 +43,10 @@ int shoal_mkdir_p(const char *path, mode_t mode, shoal_err *err);
  * are powers of 1024; KB/MB/GB/TB powers of 1000).  0 or SHOAL_EINVAL. */
 int shoal_size_parse(const char *s, uint64_t *out);
 
+/* Parse a whole decimal integer in [lo, hi] (a command-line value).
+ * 0 or SHOAL_EINVAL; *out is unchanged on failure. */
+int shoal_long_parse(const char *s, long lo, long hi, long *out);
+
 /* "17.5 MiB", "1.02 GiB", "512 B" into out.  Returns out. */
 char *shoal_size_format(uint64_t bytes, char *out, size_t cap);
 

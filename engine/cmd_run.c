@@ -93,17 +93,6 @@ static void usage(FILE *f)
           "  --prefetch-cutoff R recall under which a layer stops prefetching (default 0.5)\n", f);
 }
 
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_tokens(const char *s, run_opts *o)
 {
     size_t cap = 16;
@@ -156,13 +145,13 @@ static int parse_args(int argc, char **argv, run_opts *o)
             return 2;
         } else if (strcmp(a, "--tokens") == 0) toks = val;
         else if (strcmp(a, "--max-tokens") == 0) {
-            if (parse_long(val, 0, 1L << 20, &o->max_tokens)) goto bad;
+            if (shoal_long_parse(val, 0, 1L << 20, &o->max_tokens)) goto bad;
         } else if (strcmp(a, "--threads") == 0) {
-            if (parse_long(val, 1, 256, &o->threads)) goto bad;
+            if (shoal_long_parse(val, 1, 256, &o->threads)) goto bad;
         } else if (strcmp(a, "--chunk") == 0) {
-            if (parse_long(val, 1, 4096, &o->chunk)) goto bad;
+            if (shoal_long_parse(val, 1, 4096, &o->chunk)) goto bad;
         } else if (strcmp(a, "--timeout") == 0) {
-            if (parse_long(val, 1, 86400000L, &o->timeout_ms)) goto bad;
+            if (shoal_long_parse(val, 1, 86400000L, &o->timeout_ms)) goto bad;
         } else if (strcmp(a, "--home") == 0) o->home = val;
         else if (strcmp(a, "--expert-ram") == 0) {
             if (shoal_size_parse(val, &o->expert_ram) != 0) goto bad;

@@ -47,17 +47,6 @@ static void usage(FILE *f)
           "Prints 'listening on http://HOST:PORT' on stdout once ready.\n", f);
 }
 
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static void on_listen(void *ctx, const char *host, int port)
 {
     (void)ctx;
@@ -106,10 +95,10 @@ int engine_cmd_serve(int argc, char **argv)
         else if (strcmp(a, "--home") == 0) home_flag = val;
         else if (strcmp(a, "--api-key") == 0) cfg.api_key = val;
         else if (strcmp(a, "--model-name") == 0) cfg.model_name = val;
-        else if (strcmp(a, "--port") == 0 && parse_long(val, 0, 65535, &v) == 0) cfg.port = (int)v;
-        else if (strcmp(a, "--queue") == 0 && parse_long(val, 0, 1 << 20, &v) == 0) cfg.queue = (size_t)v;
-        else if (strcmp(a, "--threads") == 0 && parse_long(val, 1, 256, &v) == 0) mo.threads = (int)v;
-        else if (strcmp(a, "--chunk") == 0 && parse_long(val, 1, 4096, &v) == 0) mo.chunk = (size_t)v;
+        else if (strcmp(a, "--port") == 0 && shoal_long_parse(val, 0, 65535, &v) == 0) cfg.port = (int)v;
+        else if (strcmp(a, "--queue") == 0 && shoal_long_parse(val, 0, 1 << 20, &v) == 0) cfg.queue = (size_t)v;
+        else if (strcmp(a, "--threads") == 0 && shoal_long_parse(val, 1, 256, &v) == 0) mo.threads = (int)v;
+        else if (strcmp(a, "--chunk") == 0 && shoal_long_parse(val, 1, 4096, &v) == 0) mo.chunk = (size_t)v;
         else if (strcmp(a, "--max-body") == 0 && shoal_size_parse(val, &sz) == 0 && sz >= 1024)
             cfg.max_body = (size_t)sz;
         else if (strcmp(a, "--spine") == 0 && (strcmp(val, "f32") == 0 || strcmp(val, "int8") == 0))

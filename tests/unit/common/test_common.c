@@ -220,6 +220,15 @@ static void test_size_parse_format(void **state)
     assert_int_equal(shoal_size_parse("-1", &v), SHOAL_EINVAL);
     assert_int_equal(shoal_size_parse("12X", &v), SHOAL_EINVAL);
     assert_int_equal(shoal_size_parse("12Gx", &v), SHOAL_EINVAL);
+    {
+        long l = 7;
+        assert_int_equal(shoal_long_parse("42", 0, 100, &l), 0);
+        assert_int_equal(l, 42);
+        assert_int_equal(shoal_long_parse("101", 0, 100, &l), SHOAL_EINVAL);
+        assert_int_equal(shoal_long_parse("4x", 0, 100, &l), SHOAL_EINVAL);
+        assert_int_equal(shoal_long_parse("", 0, 100, &l), SHOAL_EINVAL);
+        assert_int_equal(l, 42);
+    }
     assert_string_equal(shoal_size_format(512, s, sizeof s), "512 B");
     assert_string_equal(shoal_size_format(17547264, s, sizeof s), "16.7 MiB");
     assert_string_equal(shoal_size_format(1536ull << 20, s, sizeof s), "1.50 GiB");
