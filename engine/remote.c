@@ -11,12 +11,13 @@
  * SPINE_PACK_NAME.  When it is there, checks out and fits the config, the
  * model takes its matrices from the mapped pack and only the tensors it
  * does not cover (vectors, norms, the embedding) are GET'd; nothing is
- * quantized.  Otherwise the load quantizes and then PUTs the pack (a memfd)
+ * quantized.  Otherwise the load quantizes and then PUTs the pack (an unlinked file)
  * for the next load.  Any refusal is a warning and a fallback, never a
  * failed load.
  */
 #include "engine/remote.h"
 
+#include <fcntl.h>
 #include <xxhash.h>
 
 #include <stdlib.h>
@@ -205,8 +206,15 @@ static void pack_store(engine_remote *r, const char *spec)
     shoal_err e = { 0 };
     uint8_t xxh[16];
     uint64_t len = 0;
-    int fd = memfd_create("shoal-spine-pack", MFD_CLOEXEC);
-    int rc = fd < 0 ? shoal_err_set(&e, SHOAL_EIO, "memfd_create failed") : 0;
+    /* An unlinked file on disk (/var/tmp is disk-backed by convention), so
+     * the pack's pages are reclaimable: a memfd would hold a second copy of
+     * the int8 spine in RAM, ~57 GB for K3.  memfd only where that fails. */
+    int fd = open("/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    int rc;
+
+    if (fd < 0)
+        fd = memfd_create("shoal-spine-pack", MFD_CLOEXEC);
+    rc = fd < 0 ? shoal_err_set(&e, SHOAL_EIO, "no temporary file for the spine pack") : 0;
 
     if (rc == 0)
         rc = spine_pack_write(r->model, r->man->config, r->man->config_len, fd, &len, xxh, &e);
