@@ -93,6 +93,15 @@ void cli_model_spec(const char *arg, char *out, size_t cap)
     snprintf(out, cap, "%s", arg);
 }
 
+int cli_json_take(int rc, shoal_buf *b, shoal_json **out, shoal_err *err)
+{
+    *out = NULL;
+    if (rc == 0 && !(*out = shoal_json_parse((const char *)b->data, b->len, err)))
+        rc = SHOAL_EFORMAT;
+    shoal_buf_free(b);
+    return rc;
+}
+
 void cli_json_print(const shoal_json *j)
 {
     shoal_buf out;

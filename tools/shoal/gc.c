@@ -62,19 +62,16 @@ int cmd_gc(shoal_cli *cli, int argc, char **argv)
             rc = cache_report_gc(ca, max, &b, &err);
         cache_close(ca);
     }
-    if (rc == 0 && !(j = shoal_json_parse((const char *)b.data, b.len, &err)))
-        rc = SHOAL_EFORMAT;
-    shoal_buf_free(&b);
+    rc = cli_json_take(rc, &b, &j, &err);
     if (rc)
         return cli_fail(rc, &err);
     if (json) {
         cli_json_print(j);
     } else {
-        /* shoald's own GC answer names its fields differently. */
-        int64_t freed = jint(j, "freed", jint(j, "removed_bytes", 0));
-        int64_t objs = jint(j, "objects_evicted", jint(j, "removed", 0));
-        int64_t target = jint(j, "max_bytes", jint(j, "target", 0));
-        int64_t after = jint(j, "after", 0);
+        /* shoald and the index answer with the same document (shoal.gc,
+         * docs/stats-json.md). */
+        int64_t freed = jint(j, "freed", 0), objs = jint(j, "objects_evicted", 0);
+        int64_t target = jint(j, "max_bytes", 0), after = jint(j, "after", 0);
         int reached = after <= target;
         shoal_json_bool(j, "reached", &reached, NULL);
         printf("Freed %s (%lld objects): the cache holds %s, target %s\n",
@@ -294,9 +291,7 @@ int cmd_rm(shoal_cli *cli, int argc, char **argv)
     if (rc == 0)
         rc = cache_report_rm(ca, spec, &b, &err);
     cache_close(ca);
-    if (rc == 0 && !(j = shoal_json_parse((const char *)b.data, b.len, &err)))
-        rc = SHOAL_EFORMAT;
-    shoal_buf_free(&b);
+    rc = cli_json_take(rc, &b, &j, &err);
     if (rc)
         return cli_fail(rc, &err);
     if (json) {

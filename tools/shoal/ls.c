@@ -85,8 +85,7 @@ int cmd_ls(shoal_cli *cli, int argc, char **argv)
     if (rc == 0)
         rc = cache_report_models(ca, model, &b, &err);
     cache_close(ca);
-    if (rc == 0 && !(j = shoal_json_parse((const char *)b.data, b.len, &err)))
-        rc = SHOAL_EFORMAT;
+    rc = cli_json_take(rc, &b, &j, &err);
     if (rc == 0) {
         if (json) {
             cli_json_print(j);
@@ -95,6 +94,5 @@ int cmd_ls(shoal_cli *cli, int argc, char **argv)
         }
     }
     shoal_json_free(j);
-    shoal_buf_free(&b);
     return rc ? cli_fail(rc, &err) : EXIT_OK_;
 }

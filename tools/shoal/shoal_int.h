@@ -66,6 +66,10 @@ int  cli_fail(int rc, const shoal_err *err);
  * becomes its absolute path, other specs are kept.  out holds
  * SHOAL_PATH_MAX bytes. */
 void cli_model_spec(const char *arg, char *out, size_t cap);
+/* Parse the JSON document in b (a report from shoald or the index) into
+ * *out and free b.  rc passes a failure of the call that filled b through
+ * unchanged; returns 0 or a negative code (SHOAL_EFORMAT: not JSON). */
+int  cli_json_take(int rc, shoal_buf *b, shoal_json **out, shoal_err *err);
 /* Print a JSON document, pretty, on stdout (the --json output). */
 void cli_json_print(const shoal_json *j);
 

@@ -122,9 +122,7 @@ int cmd_verify(shoal_cli *cli, int argc, char **argv)
             rc = cache_report_verify(ca, spec[0] ? spec : NULL, deep, &b, &err);
         cache_close(ca);
     }
-    if (rc == 0 && !(j = shoal_json_parse((const char *)b.data, b.len, &err)))
-        rc = SHOAL_EFORMAT;
-    shoal_buf_free(&b);
+    rc = cli_json_take(rc, &b, &j, &err);
     if (rc == 0 && deep && jnull(j, "deep"))
         rc = deep_here(cli, spec, j, &err);
     if (rc) {
