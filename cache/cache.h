@@ -141,12 +141,26 @@ void cache_close(cache *c);
 int cache_write_begin(cache *c, const cache_key *key, cache_kind kind,
                       const cache_names *names, cache_writer **out, shoal_err *err);
 
-/* Bytes written so far (where the next append lands: resume from here). */
+/* The contiguous prefix written so far (where the next append lands:
+ * resume from here).  Bytes written ahead by cache_write_at are not
+ * counted until the prefix reaches them. */
 uint64_t cache_writer_offset(const cache_writer *w);
 
-/* Append n bytes (any size; never held in memory).  SHOAL_ERANGE past the
- * key's length.  On an I/O failure the writer is unusable: abort it. */
+/* Append n bytes (any size; never held in memory): cache_write_at at
+ * cache_writer_offset().  SHOAL_ERANGE past the key's length.  On an I/O
+ * failure the writer is unusable: abort it. */
 int cache_write_append(cache_writer *w, const void *p, size_t n, shoal_err *err);
+
+/* Write n bytes at object position pos (several parts of one object
+ * arriving out of order).  pos == cache_writer_offset() is an append;
+ * bytes further on are written into the tmp file and remembered, and the
+ * prefix moves over them (hashing them in order) once it reaches them.
+ * SHOAL_ERANGE, and nothing written, when any byte of [pos, pos+n) was
+ * written already (the prefix or an earlier write_at) or lies past the
+ * length.  Only the prefix is durable: a pause, checkpoint or crash keeps
+ * cache_writer_offset() bytes and loses what lay ahead.  On an I/O failure
+ * the writer is unusable: abort it. */
+int cache_write_at(cache_writer *w, uint64_t pos, const void *p, size_t n, shoal_err *err);
 
 /* Finish: fsync, rename into blobs/, insert the index row in one
  * transaction.  Always consumes the writer.  On failure the temporary file

@@ -1,13 +1,16 @@
-/* write.c — the write path: begin, append, commit, abort, pause.
+/* write.c — the write path: begin, append, positional writes, commit,
+ * abort, pause.
  *
  * Owns: one writer per object being written, its temporary file in tmp/,
- * the running XXH3-128, checkpoints that make a long write resumable, and
- * the commit that makes an object visible.  Does not own choosing victims
- * (evict.c) or counting (stats.c).
+ * the running XXH3-128, the extents written ahead of the contiguous prefix
+ * (several parts of one object arriving over several connections),
+ * checkpoints that make a long write resumable, and the commit that makes
+ * an object visible.  Does not own choosing victims (evict.c) or counting
+ * (stats.c).
  *
  * A writer's life (checked by w->state):
  *
- *     begin --> WRITING --append--> WRITING --commit--> (blob + row) freed
+ *     begin --> WRITING --append / write_at--> WRITING --commit--> (blob + row) freed
  *                  |  \--checkpoint: fsync + partial row (durable = pos)
  *                  |--pause--> fsync + partial row, freed (resumable)
  *                  |--abort / any failure--> tmp file removed, freed
@@ -16,6 +19,18 @@
  *   1 fsync the tmp file   2 rename into blobs/   3 one transaction:
  *   insert the object row and its names, delete the partial row.
  * A failure after step 2 unlinks the blob again, so the index is unchanged.
+ *
+ * Positional writes (cache_write_at): pos is the contiguous prefix, the
+ * only part the XXH3 has seen and the only part a checkpoint records.
+ * Bytes ahead of it are pwritten into the tmp file and kept as extents, a
+ * sorted list of disjoint [lo, hi) (invariant: pos < lo of every extent,
+ * and extents never touch, they are merged).  When the prefix reaches an
+ * extent it is read back from the tmp file (the page cache has it) into
+ * the hash and the prefix moves over it.  Hashing in order this way keeps
+ * the XXH3 identical to one append of the whole object; hashing parts
+ * apart and combining was rejected because XXH3-128 has no combine.
+ * Extents are never durable: a pause or crash keeps the prefix only, and a
+ * resume cuts the file back to it (writer_resume, repair at open).
  */
 #include "cache/cache_int.h"
 
@@ -45,8 +60,10 @@ struct cache_writer {
     int      fd;
     int      state;
     int      has_partial_row;
-    uint64_t pos;               /* bytes written */
+    uint64_t pos;               /* the contiguous prefix written (and hashed) */
     uint64_t since_checkpoint;
+    struct extent { uint64_t lo, hi; } *ext;   /* written ahead of pos, sorted */
+    size_t   n_ext, cap_ext;
     XXH3_state_t *xs;
     char     tmp_path[SHOAL_PATH_MAX];
 };
@@ -92,6 +109,7 @@ static void writer_free(cache_writer *w, int keep_file)
     c->reserved -= w->len;
     writer_unlink_list(c, w);
     XXH3_freeState(w->xs);
+    free(w->ext);
     free(w->etag);
     free(w->endpoint);
     free(w->repo);
@@ -304,24 +322,147 @@ uint64_t cache_writer_offset(const cache_writer *w)
     return w ? w->pos : 0;
 }
 
-int cache_write_append(cache_writer *w, const void *p, size_t n, shoal_err *err)
+/* Write n bytes at the prefix: write(2) at the descriptor's offset (kept at
+ * pos), then the hash. */
+static int prefix_write(cache_writer *w, const void *p, size_t n, shoal_err *err)
 {
-    if (w->state != W_WRITING)
-        return shoal_err_set(err, SHOAL_EIO, "cache write %s: writer failed earlier; abort it", w->etag);
-    if (n > w->len - w->pos)
-        return shoal_err_set(err, SHOAL_ERANGE, "cache write %s: %zu bytes at %" PRIu64
-                             " pass the object's length %" PRIu64, w->etag, n, w->pos, w->len);
-    if (n == 0)
-        return 0;
     if (cache_io_write_all(w->fd, p, n) != 0)
         return errno_fail(w, "write", err);
     XXH3_128bits_update(w->xs, p, n);
     w->pos += n;
     w->since_checkpoint += n;
+    return 0;
+}
+
+/* The prefix reached the first extent: hash its bytes back from the tmp
+ * file and move over it, as often as extents follow. */
+static int prefix_absorb(cache_writer *w, shoal_err *err)
+{
+    uint8_t *buf = NULL;
+    size_t cap = 1u << 20;
+
+    while (w->n_ext > 0 && w->ext[0].lo == w->pos) {
+        uint64_t hi = w->ext[0].hi;
+        if (!buf && !(buf = malloc(cap))) {
+            w->state = W_FAILED;
+            return shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory");
+        }
+        while (w->pos < hi) {
+            size_t n = hi - w->pos < cap ? (size_t)(hi - w->pos) : cap;
+            if (shoal_pread_all(w->fd, buf, n, (off_t)w->pos) != 0) {
+                free(buf);
+                return errno_fail(w, "read back", err);
+            }
+            XXH3_128bits_update(w->xs, buf, n);
+            w->pos += n;
+            w->since_checkpoint += n;
+        }
+        memmove(w->ext, w->ext + 1, (w->n_ext - 1) * sizeof *w->ext);
+        w->n_ext--;
+    }
+    free(buf);
+    /* The next append writes at the descriptor's offset. */
+    if (lseek(w->fd, (off_t)w->pos, SEEK_SET) != (off_t)w->pos)
+        return errno_fail(w, "lseek", err);
+    return 0;
+}
+
+/* Remember [lo, hi) as written ahead, merging with touching neighbours.
+ * The caller checked it overlaps nothing. */
+static int extent_add(cache_writer *w, uint64_t lo, uint64_t hi, shoal_err *err)
+{
+    size_t i = 0;
+
+    while (i < w->n_ext && w->ext[i].hi < lo)
+        i++;
+    if (i < w->n_ext && w->ext[i].hi == lo) {          /* extends ext[i] */
+        w->ext[i].hi = hi;
+        if (i + 1 < w->n_ext && w->ext[i + 1].lo == hi) {
+            w->ext[i].hi = w->ext[i + 1].hi;
+            memmove(w->ext + i + 1, w->ext + i + 2, (w->n_ext - i - 2) * sizeof *w->ext);
+            w->n_ext--;
+        }
+        return 0;
+    }
+    if (i < w->n_ext && w->ext[i].lo == hi) {         /* precedes ext[i] */
+        w->ext[i].lo = lo;
+        return 0;
+    }
+    if (w->n_ext == w->cap_ext) {
+        size_t nc = w->cap_ext ? w->cap_ext * 2 : 8;
+        struct extent *ne = realloc(w->ext, nc * sizeof *ne);
+        if (!ne) {
+            w->state = W_FAILED;
+            return shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory");
+        }
+        w->ext = ne;
+        w->cap_ext = nc;
+    }
+    memmove(w->ext + i + 1, w->ext + i, (w->n_ext - i) * sizeof *w->ext);
+    w->ext[i].lo = lo;
+    w->ext[i].hi = hi;
+    w->n_ext++;
+    return 0;
+}
+
+/* 1 when [lo, hi) overlaps a byte already written (the prefix or an
+ * extent). */
+static int overlaps(const cache_writer *w, uint64_t lo, uint64_t hi)
+{
+    if (lo < w->pos)
+        return 1;
+    for (size_t i = 0; i < w->n_ext; i++)
+        if (lo < w->ext[i].hi && w->ext[i].lo < hi)
+            return 1;
+    return 0;
+}
+
+int cache_write_at(cache_writer *w, uint64_t at, const void *p, size_t n, shoal_err *err)
+{
+    int rc;
+
+    if (w->state != W_WRITING)
+        return shoal_err_set(err, SHOAL_EIO, "cache write %s: writer failed earlier; abort it", w->etag);
+    if (at > w->len || n > w->len - at)
+        return shoal_err_set(err, SHOAL_ERANGE, "cache write %s: %zu bytes at %" PRIu64
+                             " pass the object's length %" PRIu64, w->etag, n, at, w->len);
+    if (n == 0)
+        return 0;
+    if (overlaps(w, at, at + n))
+        return shoal_err_set(err, SHOAL_ERANGE, "cache write %s: bytes %" PRIu64 "-%" PRIu64
+                             " were written already", w->etag, at, at + n - 1);
+    if (at > w->pos) {
+        const char *q = p;
+        uint64_t o = at;
+        size_t left = n;
+        while (left > 0) {
+            ssize_t k = cache_io_now.pwrite(w->fd, q, left, (off_t)o);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0) {
+                if (k == 0)
+                    errno = EIO;
+                return errno_fail(w, "pwrite", err);
+            }
+            q += k;
+            o += (uint64_t)k;
+            left -= (size_t)k;
+        }
+        return extent_add(w, at, at + n, err);
+    }
+    if ((rc = prefix_write(w, p, n, err)) != 0)
+        return rc;
+    if (w->n_ext > 0 && w->ext[0].lo == w->pos && (rc = prefix_absorb(w, err)) != 0)
+        return rc;
     if (w->since_checkpoint >= w->c->cfg.checkpoint_bytes && w->c->cfg.checkpoint_bytes &&
         w->pos < w->len)
         return writer_checkpoint(w, err);
     return 0;
+}
+
+int cache_write_append(cache_writer *w, const void *p, size_t n, shoal_err *err)
+{
+    return cache_write_at(w, w->pos, p, n, err);
 }
 
 /* Step 3 of a commit: the object row, its names, the partial row gone, in
@@ -382,9 +523,10 @@ int cache_write_commit(cache_writer *w, uint64_t *id_out, shoal_err *err)
     }
     if (w->pos != w->len) {
         rc = shoal_err_set(err, SHOAL_ERANGE, "cache write %s: commit after %" PRIu64 " of %"
-                           PRIu64 " bytes", w->etag, w->pos, w->len);
+                           PRIu64 " contiguous bytes", w->etag, w->pos, w->len);
         goto fail;
     }
+    assert(w->n_ext == 0);   /* extents lie past pos, inside len */
     /* Room in the table before the transaction, so memory and index cannot
      * part ways after it. */
     if (c->nobjs == c->capobjs) {
@@ -473,8 +615,9 @@ int cache_write_pause(cache_writer *w, shoal_err *err)
     int rc;
 
     if (w->state != W_WRITING) {
+        rc = shoal_err_set(err, SHOAL_EIO, "cache write %s: writer failed earlier", w->etag);
         writer_free(w, 0);
-        return shoal_err_set(err, SHOAL_EIO, "cache write %s: writer failed earlier", w->etag);
+        return rc;
     }
     rc = writer_checkpoint(w, err);
     writer_free(w, rc == 0);
