@@ -7,7 +7,9 @@
  * cache index), building the model manifest (common/manifest.h) from
  * config.json, the index and the shards' safetensors headers and keeping it
  * in the cache, choosing what to fetch, and the transfers themselves:
- * libcurl multi, at most N at once, adjacent ranges coalesced, strict 206
+ * libcurl multi, at most N at once, adjacent small ranges coalesced, large
+ * objects split into parts over several connections (guided
+ * self-scheduling), priorities, cancelling one object, strict 206
  * checks before any byte is written, retries with backoff and jitter that
  * honour Retry-After / RateLimit, resume from the last byte received, stall
  * detection, re-resolve of expired CDN locations, the token kept off the
@@ -33,6 +35,15 @@
 #define FETCH_DEFAULT_PARALLEL   8
 #define FETCH_DEFAULT_COALESCE   (64ull << 20)
 #define FETCH_DEFAULT_ATTEMPTS   8
+/* Smallest part of a split object: one request round trip (0.1-30 ms)
+ * against 20-40 ms of transfer at 50-100 MB/s per connection
+ * (docs/fetcher.md, "Parts"). */
+#define FETCH_DEFAULT_SPLIT_MIN  (2ull << 20)
+/* fetch_options.split_min: never split an object. */
+#define FETCH_SPLIT_NEVER        UINT64_MAX
+
+/* Item priorities: a free connection serves the best (lowest) first. */
+enum { FETCH_PRIO_DEMAND = 0, FETCH_PRIO_PREFETCH = 1, FETCH_PRIO_WARM = 2, FETCH_PRIO_COUNT = 3 };
 /* The name under which a model's manifest is recorded (cache_file_get). */
 #define FETCH_MANIFEST_PATH      ".shoal/manifest-v1"
 
@@ -40,9 +51,16 @@ typedef struct fetch_options {
     const char *model;           /* hf://org/name[@rev], DIR or file://DIR */
     const char *endpoint;        /* NULL: https://huggingface.co */
     const char *token;           /* NULL or "": anonymous */
-    int         parallel;        /* transfers at once; 0: 8 */
+    int         parallel;        /* transfers (connections) at once; 0: 8 */
     uint64_t    coalesce_bytes;  /* longest merged request; 0: 64 MiB;
                                     1: never merge */
+    uint64_t    split_min;       /* smallest part when one object goes over
+                                    several connections; 0: 2 MiB;
+                                    FETCH_SPLIT_NEVER: one request per run */
+    int         split_ways;      /* P of the part size max(split_min,
+                                    unassigned bytes / P); 0: parallel */
+    int         demand_headroom; /* extra transfers for demand items while a
+                                    prefetch or warm one runs; 0: none */
     int         max_attempts;    /* failures in a row without a byte of
                                     progress before giving up; 0: 8 */
     long        stall_secs;      /* no byte for this long: retry; 0: 30 */
@@ -110,6 +128,8 @@ typedef struct fetch_item {
     uint64_t    offset, length;  /* absolute range in that file */
     int32_t     layer, expert;   /* -1 if not an expert */
     const char *tensor;          /* spine tensor name (borrowed), or NULL */
+    int         priority;        /* FETCH_PRIO_*: 0 demand (default), 1
+                                    prefetch, 2 warm */
 } fetch_item;
 
 typedef struct fetch_selection {
@@ -170,6 +190,20 @@ void fetch_session_on_done(fetch_session *s, fetch_done_fn fn, void *ctx);
 
 /* Queue items (copied).  Objects already cached finish at once. */
 int fetch_session_add(fetch_session *s, const fetch_item *items, size_t n, shoal_err *err);
+
+/* Change the priority of the unfinished item (file, offset, length): its
+ * parts not yet started are then served as prio.  SHOAL_ENOTFOUND when
+ * no such item is unfinished.  Not from inside a session callback. */
+int fetch_session_set_priority(fetch_session *s, uint32_t file, uint64_t offset, uint64_t length,
+                               int prio);
+
+/* Cancel the unfinished item (file, offset, length): its parts not yet
+ * started are dropped, its running parts stopped, its writer paused (the
+ * contiguous prefix is kept for a later resume), and its done callback
+ * fires with SHOAL_ECANCELED before this returns.  Other items go on.
+ * SHOAL_ENOTFOUND when no such item is unfinished.  Not from inside a
+ * session callback. */
+int fetch_session_cancel(fetch_session *s, uint32_t file, uint64_t offset, uint64_t length);
 
 /* Loop callbacks. */
 void fetch_session_io(fetch_session *s, int fd, unsigned what);

@@ -538,19 +538,19 @@ int fetch_select(const manifest *m, const fetch_selection *sel, fetch_item **ite
     for (size_t i = 0; sel->small && i < m->nfiles; i++)
         if (!is_shard(m->files[i].path) && m->files[i].size > 0)
             it[k++] = (fetch_item){ CACHE_KIND_SMALL, (uint32_t)i, 0, m->files[i].size, -1, -1,
-                                    NULL };
+                                    NULL, FETCH_PRIO_DEMAND };
     for (size_t i = 0; sel->spine && i < m->ntensors; i++) {
         const manifest_tensor *t = &m->tensors[i];
         if (t->is_spine && t->length > 0)
             it[k++] = (fetch_item){ CACHE_KIND_SPINE, t->file, t->offset, t->length, -1, -1,
-                                    t->name };
+                                    t->name, FETCH_PRIO_DEMAND };
     }
     for (size_t i = 0; i < m->nexperts; i++) {
         const manifest_expert *e = &m->experts[i];
         if (sel->all_experts || (sel->layer_first >= 0 && (int64_t)e->layer >= sel->layer_first
                                  && (int64_t)e->layer <= sel->layer_last))
             it[k++] = (fetch_item){ CACHE_KIND_EXPERT, e->file, e->offset, m->expert_bytes,
-                                    (int32_t)e->layer, (int32_t)e->id, NULL };
+                                    (int32_t)e->layer, (int32_t)e->id, NULL, FETCH_PRIO_DEMAND };
     }
     for (size_t i = 0; i < sel->npairs; i++) {
         const manifest_expert *e;
@@ -570,7 +570,7 @@ int fetch_select(const manifest *m, const fetch_selection *sel, fetch_item **ite
             it = p;
         }
         it[k++] = (fetch_item){ CACHE_KIND_EXPERT, e->file, e->offset, m->expert_bytes,
-                                (int32_t)e->layer, (int32_t)e->id, NULL };
+                                (int32_t)e->layer, (int32_t)e->id, NULL, FETCH_PRIO_DEMAND };
     }
     qsort(it, k, sizeof *it, item_cmp);
     {   /* drop duplicates (a pair also inside a layer range) */

@@ -1,8 +1,10 @@
 /* xfer.c — fetch sessions: range transfers into cache writers over libcurl
  * multi, driven by the caller's event loop (fetch_loop_ops).
  *
- * Owns: the queue (objects sorted by file and offset), coalescing adjacent
- * objects of one file into one request, the strict 206 check before any
+ * Owns: the queues (one per priority, objects sorted by file and offset),
+ * coalescing adjacent small objects of one file into one request,
+ * splitting large objects into parts over several connections (guided
+ * self-scheduling, see schedule()), the strict 206 check before any
  * byte is written, streaming bytes into cache writers (nothing is held
  * beyond libcurl's receive buffer), retries with backoff and jitter,
  * resume from the last byte received, stall detection, re-resolving an
@@ -13,12 +15,20 @@
  * Invariants:
  *   1. A transfer writes bytes only after http_range_check() accepted the
  *      response's status, Content-Range and Content-Length.
- *   2. Byte p of a response goes to object o only when p is exactly the
- *      next byte o's writer expects (o.offset + cache_writer_offset); so a
- *      retried or coalesced request never writes a byte twice or leaves a
- *      hole.
- *   3. A request always starts at the first unfinished object's next byte:
- *      what a broken response delivered is kept and not asked again.
+ *   2. A transfer carries segments: [lo, hi) of an object, written from
+ *      the segment's own next byte.  Byte p of a response goes to object o
+ *      only when it is exactly its segment's next byte, written with
+ *      cache_write_at at that position; segments of one object are
+ *      disjoint (an object's bytes are handed out once, from o->assigned
+ *      up), so a retried, coalesced or split request never writes a byte
+ *      twice, and a part never writes a byte of another part.
+ *   3. A request always starts at the first unfinished segment's next
+ *      byte: what a broken response delivered is kept and not asked again.
+ *   5. One writer per object, held by the object (not by its transfers):
+ *      the object commits when the writer's contiguous prefix reaches its
+ *      length, whichever part lands last; it is paused or aborted only by
+ *      obj_pause (stop, failure, cancel), which forgets it, so exactly
+ *      once.
  *   4. Library callbacks (write, header, progress) never call back into
  *      the multi handle; failures are acted on when the transfer completes.
  */
@@ -52,7 +62,18 @@ typedef struct obj {
     fetch_item    it;
     cache_writer *w;
     int           done;
+    uint64_t      assigned;         /* [0, assigned) is in the writer or handed
+                                       to a transfer; the rest is queued */
+    int           running;          /* transfers carrying a segment of it */
+    unsigned      inq;              /* bit p: an entry on queue p */
 } obj;
+
+/* Bytes [lo, hi) of object `obj` in one response; next: the next byte to
+ * write (object-relative; bytes below it arrived before and are skipped). */
+typedef struct seg {
+    size_t   obj;                   /* index into s->objs */
+    uint64_t lo, hi, next;
+} seg;
 
 typedef struct xfer {
     int           kind;             /* K_XFER: first, for CURLINFO_PRIVATE */
@@ -60,8 +81,9 @@ typedef struct xfer {
     CURL         *h;
     struct curl_slist *hl;
     uint32_t      file;
-    size_t       *objs;             /* indexes into s->objs, in offset order */
-    size_t        nobj, cur;
+    int           prio;             /* of the object it was taken for */
+    seg          *segs;             /* in offset order, back to back */
+    size_t        nobj, cur;        /* nobj: number of segs */
     uint64_t      req_first, last;  /* the request's range, inclusive */
     uint64_t      pos;              /* next absolute byte expected */
     uint64_t      pos_at_start;
@@ -105,8 +127,12 @@ struct fetch_session {
     char            ua[128];
     obj            *objs;
     size_t          nobjs, cap_objs;
-    size_t         *queue;
-    size_t          qhead, qlen, qcap;
+    size_t         *queue[FETCH_PRIO_COUNT];   /* sorted by (file, offset) */
+    size_t          qhead[FETCH_PRIO_COUNT], qlen[FETCH_PRIO_COUNT];
+    size_t          nwaiting;        /* objects with unassigned bytes */
+    uint64_t        unassigned;      /* their unassigned bytes */
+    uint64_t        split_min;       /* 0: never split */
+    int             split_ways;
     xfer           *xfers;
     int             nxfers;
     sfile          *files;
@@ -122,6 +148,7 @@ struct fetch_session {
     void           *dctx;
     uint64_t        bytes_done, bytes_total, objects_done;
     int             final_sent;      /* the finished progress call went out */
+    int             orphan;          /* an object lost its parts (a bug) */
 };
 
 static void session_fail(fetch_session *s, int rc, const char *msg);
@@ -135,8 +162,24 @@ static const char *obj_etag(const fetch_session *s, const obj *o)
     return s->m->files[o->it.file].etag;
 }
 
+/* Hand n more bytes of o to a transfer (or to what its writer holds). */
+static void obj_take(fetch_session *s, obj *o, uint64_t n)
+{
+    if (n == 0 || o->assigned >= o->it.length)
+        return;
+    if (n > o->it.length - o->assigned)
+        n = o->it.length - o->assigned;
+    o->assigned += n;
+    s->unassigned -= n;
+    if (o->assigned == o->it.length)
+        s->nwaiting--;
+}
+
 static void obj_finish(fetch_session *s, obj *o, int rc)
 {
+    if (o->done)
+        return;
+    obj_take(s, o, o->it.length - o->assigned);   /* nothing of it stays queued */
     o->done = 1;
     s->objects_done++;
     if (s->dfn)
@@ -177,8 +220,10 @@ static int obj_open(fetch_session *s, obj *o, shoal_err *err)
         obj_finish(s, o, SHOAL_EBUSY);
         return 1;
     }
-    if (rc == 0)
+    if (rc == 0) {
         s->bytes_done += cache_writer_offset(o->w);
+        obj_take(s, o, cache_writer_offset(o->w));   /* resumed: from the durable prefix */
+    }
     return rc;
 }
 
@@ -193,7 +238,8 @@ static int obj_commit(fetch_session *s, obj *o, shoal_err *err)
     return rc;
 }
 
-/* Keep what a writer has (resumable) unless it is empty. */
+/* Keep what a writer has (resumable: its contiguous prefix) unless it is
+ * empty.  Forgets the writer, so it happens once (invariant 5). */
 static void obj_pause(obj *o)
 {
     if (!o->w)
@@ -237,41 +283,49 @@ static size_t on_xfer_body(char *p, size_t size, size_t n, void *arg)
     if (x->status_err)
         return len;     /* an error page: read and dropped */
     while (left > 0) {
+        seg *g;
         obj *o;
-        uint64_t end, want, take;
+        uint64_t end, take, rel;
         if (x->cur >= x->nobj) {
             x->refused = 1;
             shoal_err_set(&x->xerr, SHOAL_EPROTO, "the body is longer than the range");
             return 0;
         }
-        o = &s->objs[x->objs[x->cur]];
-        end = o->it.offset + o->it.length;
+        g = &x->segs[x->cur];
+        o = &s->objs[g->obj];
+        end = o->it.offset + g->hi;
         take = end - x->pos < left ? end - x->pos : left;
-        if (o->w) {
-            want = o->it.offset + cache_writer_offset(o->w);
-            if (want < x->pos + take && want >= x->pos) {   /* invariant 2 */
-                size_t skip = (size_t)(want - x->pos);
-                int rc = cache_write_append(o->w, p + skip, (size_t)take - skip, &x->xerr);
+        rel = x->pos - o->it.offset;
+        if (o->w && !o->done && g->next < rel + take) {
+            size_t skip;
+            int rc;
+            if (g->next < rel) {   /* a hole: invariant 3 broken */
+                x->fatal = shoal_err_set(&x->xerr, SHOAL_EINTERNAL, "a part skipped bytes");
+                return 0;
+            }
+            skip = (size_t)(g->next - rel);
+            rc = cache_write_at(o->w, g->next, p + skip, (size_t)take - skip, &x->xerr);
+            if (rc) {
+                x->fatal = rc;
+                return 0;
+            }
+            g->next += take - skip;
+            s->bytes_done += take - skip;
+            s->u->st.bytes_fetched += take - skip;
+            if (cache_writer_offset(o->w) == o->it.length) {   /* the last byte landed */
+                rc = obj_commit(s, o, &x->xerr);
                 if (rc) {
                     x->fatal = rc;
                     return 0;
                 }
-                s->bytes_done += take - skip;
-                s->u->st.bytes_fetched += take - skip;
             }
         }
         x->pos += take;
         p += take;
         left -= (size_t)take;
         if (x->pos == end) {
-            if (o->w && cache_writer_offset(o->w) == o->it.length) {
-                int rc = obj_commit(s, o, &x->xerr);
-                if (rc) {
-                    x->fatal = rc;
-                    return 0;
-                }
-            } else if (!o->done) {
-                x->fatal = shoal_err_set(&x->xerr, SHOAL_EINTERNAL, "object ended short");
+            if (o->w && !o->done && g->next != g->hi) {
+                x->fatal = shoal_err_set(&x->xerr, SHOAL_EINTERNAL, "a part ended short");
                 return 0;
             }
             x->cur++;
@@ -326,16 +380,17 @@ static void start_request(xfer *x)
     char range[64];
     CURLMcode mc;
 
-    /* invariant 3: from the first unfinished object's next byte */
-    while (x->cur < x->nobj && s->objs[x->objs[x->cur]].done)
+    /* invariant 3: from the first unfinished segment's next byte */
+    while (x->cur < x->nobj && (s->objs[x->segs[x->cur].obj].done
+                                || x->segs[x->cur].next >= x->segs[x->cur].hi))
         x->cur++;
     if (x->cur >= x->nobj) {
         xfer_free(s, x);   /* every object was already there: nothing to ask */
         return;
     }
     {
-        obj *o = &s->objs[x->objs[x->cur]];
-        x->pos = o->it.offset + (o->w ? cache_writer_offset(o->w) : 0);
+        seg *g = &x->segs[x->cur];
+        x->pos = s->objs[g->obj].it.offset + g->next;
     }
     if (x->pos > x->last) {
         x->pos = x->last;
@@ -551,19 +606,26 @@ static void xfer_free(fetch_session *s, xfer *x)
     if (*pp)
         *pp = x->next;
     s->nxfers--;
-    for (size_t i = 0; i < x->nobj; i++)
-        obj_pause(&s->objs[x->objs[i]]);
+    /* The writers stay with their objects (invariant 5): other parts may
+     * still be running, and stop_all / cancel pause them. */
+    for (size_t i = 0; i < x->nobj; i++) {
+        obj *o = &s->objs[x->segs[i].obj];
+        o->running--;
+        if (s->rc == 0 && !o->done && o->running == 0 && o->assigned == o->it.length && o->w
+            && x->segs[i].next >= x->segs[i].hi)
+            s->orphan = 1;   /* every part ended, yet no commit: checked in after() */
+    }
     if (x->h)
         curl_easy_cleanup(x->h);
     curl_slist_free_all(x->hl);
-    free(x->objs);
+    free(x->segs);
     free(x);
 }
 
 static void xfer_retry(xfer *x, long hint_s, const char *why)
 {
     fetch_session *s = x->s;
-    obj *o = &s->objs[x->objs[x->cur]];
+    seg *g = &x->segs[x->cur];
     long ms;
 
     if (x->pos > x->pos_at_start)
@@ -577,7 +639,7 @@ static void xfer_retry(xfer *x, long hint_s, const char *why)
         return;
     }
     s->u->st.retries++;
-    if (x->pos > o->it.offset)
+    if (g->next > g->lo)
         s->u->st.resumed++;
     ms = up_backoff_ms(s->u, x->attempts, hint_s);
     LOG_INFO("fetch", "%s bytes %" PRIu64 "-%" PRIu64 ": %s; retry %d in %ld ms",
@@ -592,7 +654,8 @@ static void xfer_done(xfer *x, CURLcode cc)
     char why[SHOAL_ERR_MSG_MAX + 32];
 
     curl_multi_remove_handle(s->multi, x->h);
-    while (x->cur < x->nobj && s->objs[x->objs[x->cur]].done)
+    while (x->cur < x->nobj && (s->objs[x->segs[x->cur].obj].done
+                                || x->segs[x->cur].next >= x->segs[x->cur].hi))
         x->cur++;
     if (x->fatal) {
         session_fail(s, x->fatal, x->xerr.msg);
@@ -655,43 +718,186 @@ static void process(fetch_session *s)
 
 /* ---- scheduling ------------------------------------------------------------------------- */
 
-/* The next run of adjacent queued objects of one file, at most coalesce
- * bytes (invariant: queue sorted by file and offset). */
-static int take_run(fetch_session *s, xfer *x)
+/* 1 when o can be handed out: not finished, bytes still unassigned, on
+ * queue p for its priority. */
+static int obj_queued(const obj *o, int p)
 {
-    uint64_t total = 0, end = 0;
-    x->objs = malloc(XF_MAX_RUN * sizeof *x->objs);
-    if (!x->objs)
-        return SHOAL_ENOMEM;
-    while (s->qhead < s->qlen && x->nobj < XF_MAX_RUN) {
-        obj *o = &s->objs[s->queue[s->qhead]];
-        if (o->done) {
-            s->qhead++;
-            continue;
+    return !o->done && o->assigned < o->it.length && o->it.priority == p;
+}
+
+/* The first object of the best non-empty priority (ties: queue order),
+ * dropping stale heads; NULL when nothing waits.  *prio gets its queue. */
+static obj *queue_pick(fetch_session *s, int *prio)
+{
+    for (int p = 0; p < FETCH_PRIO_COUNT; p++) {
+        while (s->qhead[p] < s->qlen[p]) {
+            obj *o = &s->objs[s->queue[p][s->qhead[p]]];
+            if (obj_queued(o, p)) {
+                *prio = p;
+                return o;
+            }
+            o->inq &= ~(1u << p);
+            s->qhead[p]++;
         }
-        if (x->nobj > 0 && (o->it.file != x->file || o->it.offset != end
-                            || total + o->it.length > s->u->o.coalesce_bytes))
-            break;
-        if (x->nobj == 0)
-            x->file = o->it.file;
-        x->objs[x->nobj++] = s->queue[s->qhead++];
-        total += o->it.length;
-        end = o->it.offset + o->it.length;
     }
+    return NULL;
+}
+
+static int big_object(const fetch_session *s, const obj *o)
+{
+    return s->split_min && o->it.length >= 2 * s->split_min;
+}
+
+/* Guided self-scheduling: the part is max(split_min, ceil(U / P)) of all
+ * unassigned bytes U, clipped to the object's rest, and the whole rest
+ * when less than split_min would remain.  With much queued (U / P at least
+ * an object) whole objects go out, one request each; as the queue drains
+ * parts shrink, so every connection finishes at about the same time. */
+static uint64_t part_length(const fetch_session *s, const obj *o)
+{
+    uint64_t rest = o->it.length - o->assigned;
+    uint64_t p = s->split_ways > 0 ? (uint64_t)s->split_ways : 1;
+    uint64_t n = (s->unassigned + p - 1) / p;
+    if (n < s->split_min)
+        n = s->split_min;
+    if (n >= rest || rest - n < s->split_min)
+        n = rest;
+    return n;
+}
+
+static int seg_add(xfer *x, size_t *cap, size_t oi, uint64_t lo, uint64_t hi, uint64_t next)
+{
+    if (x->nobj == *cap) {
+        size_t nc = *cap ? *cap * 2 : 4;
+        seg *ng;
+        if (nc > XF_MAX_RUN)
+            return SHOAL_ETOOBIG;
+        ng = realloc(x->segs, nc * sizeof *ng);
+        if (!ng)
+            return SHOAL_ENOMEM;
+        x->segs = ng;
+        *cap = nc;
+    }
+    x->segs[x->nobj++] = (seg){ oi, lo, hi, next };
+    return 0;
+}
+
+/* Open o's writer if needed.  1: o finished (cached, busy, or resumed
+ * complete and committed); 0: ready; negative: the session failed. */
+static int obj_ready(fetch_session *s, obj *o)
+{
+    shoal_err e;
+    int rc;
+    if (o->done)
+        return 1;
+    if (!o->w) {
+        rc = obj_open(s, o, &e);
+        if (rc < 0) {
+            if (rc == SHOAL_ENOSPC)
+                shoal_err_wrap(&e, rc, "disk full or over the cache budget: free space or "
+                               "raise the budget");
+            session_fail(s, rc, e.msg);
+            return rc;
+        }
+        if (rc == 1)
+            return 1;
+    }
+    if (cache_writer_offset(o->w) == o->it.length && o->running == 0) {
+        /* a paused write that had every byte: nothing to fetch */
+        if ((rc = obj_commit(s, o, &e)) != 0) {
+            session_fail(s, rc, e.msg);
+            return rc;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* Fill x from the best queued object: a part of a big object, or a run of
+ * adjacent small objects of one file (up to coalesce bytes).  0 with
+ * x->nobj == 0 when nothing is queued. */
+static int take_work(fetch_session *s, xfer *x)
+{
+    size_t cap = 0;
+    uint64_t total = 0, end;
+    int p = 0, rc;
+    obj *o;
+
+    for (;;) {
+        if (!(o = queue_pick(s, &p)))
+            return 0;
+        rc = obj_ready(s, o);
+        if (rc < 0)
+            return rc;
+        if (rc == 0 && o->assigned < o->it.length)
+            break;
+    }
+    x->file = o->it.file;
+    x->prio = p;
+    if (big_object(s, o)) {
+        uint64_t n = part_length(s, o);
+        if ((rc = seg_add(x, &cap, (size_t)(o - s->objs), o->assigned, o->assigned + n,
+                          o->assigned)) != 0)
+            return rc;
+        obj_take(s, o, n);
+        o->running++;
+        return 0;
+    }
+    /* A small object goes whole (from what its writer holds), then its
+     * neighbours on the same queue while they are adjacent and small. */
+    if ((rc = seg_add(x, &cap, (size_t)(o - s->objs), o->assigned, o->it.length, o->assigned)) != 0)
+        return rc;
+    total = o->it.length - o->assigned;
+    obj_take(s, o, o->it.length - o->assigned);
+    o->running++;
+    end = o->it.offset + o->it.length;
+    for (size_t i = s->qhead[p] + 1; i < s->qlen[p] && x->nobj < XF_MAX_RUN; i++) {
+        obj *n = &s->objs[s->queue[p][i]];
+        if (!obj_queued(n, p) || n->assigned != 0 || n->it.file != x->file
+            || n->it.offset != end || big_object(s, n)
+            || total + n->it.length > s->u->o.coalesce_bytes)
+            break;
+        rc = obj_ready(s, n);
+        if (rc < 0)
+            return rc;
+        if (rc == 1)
+            break;
+        /* the response covers all of n; what its writer holds is skipped */
+        if ((rc = seg_add(x, &cap, (size_t)(n - s->objs), 0, n->it.length, n->assigned)) != 0)
+            return rc == SHOAL_ETOOBIG ? 0 : rc;
+        total += n->it.length;
+        obj_take(s, n, n->it.length - n->assigned);
+        n->running++;
+        end = n->it.offset + n->it.length;
+    }
+    return 0;
+}
+
+/* May another transfer start?  Up to `parallel`; beyond that, up to
+ * demand_headroom more for a demand item while a prefetch or warm transfer
+ * holds a connection (so background work never delays an engine by a
+ * whole part). */
+static int slot_free(fetch_session *s)
+{
+    int p = 0;
+    if (s->nxfers < s->u->o.parallel)
+        return 1;
+    if (s->nxfers >= s->u->o.parallel + s->u->o.demand_headroom || !queue_pick(s, &p)
+        || p != FETCH_PRIO_DEMAND)
+        return 0;
+    for (xfer *x = s->xfers; x; x = x->next)
+        if (x->prio != FETCH_PRIO_DEMAND)
+            return 1;
     return 0;
 }
 
 static void schedule(fetch_session *s)
 {
-    while (s->rc == 0 && !s->u->local && s->nxfers < s->u->o.parallel && s->qhead < s->qlen) {
+    while (s->rc == 0 && !s->u->local && s->nwaiting > 0 && slot_free(s)) {
         xfer *x = calloc(1, sizeof *x);
-        shoal_err e;
         int rc;
-        if (!x || take_run(s, x) != 0 || !(x->h = curl_easy_init())) {
-            if (x) {
-                free(x->objs);
-                free(x);
-            }
+        if (!x || !(x->h = curl_easy_init())) {
+            free(x);
             session_fail(s, SHOAL_ENOMEM, "out of memory");
             return;
         }
@@ -700,23 +906,19 @@ static void schedule(fetch_session *s)
         x->next = s->xfers;
         s->xfers = x;
         s->nxfers++;
-        if (x->nobj == 0) {
+        rc = take_work(s, x);
+        if (rc < 0 || s->rc) {
+            if (s->rc == 0)
+                session_fail(s, rc, "out of memory");
+            return;   /* session_fail's stop_all freed x */
+        }
+        if (x->nobj == 0) {   /* nothing queued after all */
             xfer_free(s, x);
-            continue;
+            break;
         }
         {
-            obj *lo = &s->objs[x->objs[x->nobj - 1]];
-            x->last = lo->it.offset + lo->it.length - 1;
-        }
-        for (size_t i = 0; i < x->nobj; i++) {
-            rc = obj_open(s, &s->objs[x->objs[i]], &e);
-            if (rc < 0) {
-                if (rc == SHOAL_ENOSPC)
-                    shoal_err_wrap(&e, rc, "disk full or over the cache budget: free space or "
-                                   "raise the budget");
-                session_fail(s, rc, e.msg);
-                return;
-            }
+            seg *g = &x->segs[x->nobj - 1];
+            x->last = s->objs[g->obj].it.offset + g->hi - 1;
         }
         xfer_go(x);
     }
@@ -724,21 +926,18 @@ static void schedule(fetch_session *s)
 
 /* ---- local upstreams ------------------------------------------------------------------------ */
 
-/* Copy up to XF_LOCAL_STEP bytes of queued objects with pread.  1 if work
- * remains. */
+/* Copy up to XF_LOCAL_STEP bytes of queued objects with pread, best
+ * priority first.  1 if work remains. */
 static int local_step(fetch_session *s)
 {
     uint64_t budget = XF_LOCAL_STEP;
     shoal_err e;
+    obj *o;
+    int p;
 
-    while (s->rc == 0 && budget > 0 && s->qhead < s->qlen) {
-        obj *o = &s->objs[s->queue[s->qhead]];
+    while (s->rc == 0 && budget > 0 && (o = queue_pick(s, &p)) != NULL) {
         sfile *f = &s->files[o->it.file];
         int rc;
-        if (o->done) {
-            s->qhead++;
-            continue;
-        }
         if (f->local_fd < 0) {
             char full[PATH_MAX];
             if (up_local_path(s->u, s->m->files[o->it.file].path, full, sizeof full)
@@ -747,11 +946,8 @@ static int local_step(fetch_session *s)
                 return 0;
             }
         }
-        if (!o->w && (rc = obj_open(s, o, &e)) != 0) {
-            if (rc < 0)
-                session_fail(s, rc, e.msg);
-            continue;
-        }
+        if (obj_ready(s, o) != 0)
+            continue;   /* finished, or the session failed */
         while (budget > 0 && cache_writer_offset(o->w) < o->it.length) {
             uint64_t off = cache_writer_offset(o->w), n = o->it.length - off;
             if (n > XF_LOCAL_CHUNK)
@@ -778,10 +974,9 @@ static int local_step(fetch_session *s)
                 session_fail(s, rc, e.msg);
                 return 0;
             }
-            s->qhead++;
         }
     }
-    return s->rc == 0 && s->qhead < s->qlen;
+    return s->rc == 0 && s->nwaiting > 0;
 }
 
 /* ---- timers and progress ---------------------------------------------------------------------- */
@@ -817,7 +1012,7 @@ static void rearm(fetch_session *s)
     for (size_t i = 0; s->files && i < s->m->nfiles; i++)
         if (s->files[i].r.waiting && s->files[i].r.retry_at_ns < next)
             next = s->files[i].r.retry_at_ns;
-    if (s->u->local && s->rc == 0 && s->qhead < s->qlen)
+    if (s->u->local && s->rc == 0 && s->nwaiting > 0)
         next = now;
     if (s->pfn && !fetch_session_idle(s) && s->plast_ns + s->pinterval_ns < next)
         next = s->plast_ns + s->pinterval_ns;
@@ -835,6 +1030,8 @@ static void after(fetch_session *s)
     process(s);
     schedule(s);
     process(s);
+    if (s->orphan && s->rc == 0)
+        session_fail(s, SHOAL_EINTERNAL, "an object's parts all ended before its last byte");
     if (fetch_session_idle(s)) {
         if (!s->final_sent)
             progress(s, 1);
@@ -926,11 +1123,12 @@ static void stop_all(fetch_session *s)
             s->files[i].state = F_UNKNOWN;
     }
     for (size_t i = 0; i < s->nobjs; i++) {
-        obj_pause(&s->objs[i]);
-        if (!s->objs[i].done)   /* everyone waiting hears why */
+        obj_pause(&s->objs[i]);   /* once per object, whatever its parts did */
+        if (!s->objs[i].done)     /* everyone waiting hears why */
             obj_finish(s, &s->objs[i], s->rc ? s->rc : SHOAL_ECANCELED);
     }
-    s->qhead = s->qlen;
+    for (int p = 0; p < FETCH_PRIO_COUNT; p++)
+        s->qhead[p] = s->qlen[p];
 }
 
 static void session_fail(fetch_session *s, int rc, const char *msg)
@@ -957,6 +1155,9 @@ int fetch_session_new(fetch_upstream *u, cache *c, const manifest *m, const fetc
     s->ops = ops;
     s->loop = loop;
     s->pinterval_ns = 250000000ull;
+    s->split_min = u->o.split_min == 0 ? FETCH_DEFAULT_SPLIT_MIN
+                   : u->o.split_min == FETCH_SPLIT_NEVER ? 0 : u->o.split_min;
+    s->split_ways = u->o.split_ways > 0 ? u->o.split_ways : u->o.parallel;
     http_user_agent(s->ua, sizeof s->ua);
     s->files = calloc(m->nfiles ? m->nfiles : 1, sizeof *s->files);
     if (!s->files) {
@@ -1005,7 +1206,8 @@ void fetch_session_free(fetch_session *s)
     }
     free(s->files);
     free(s->objs);
-    free(s->queue);
+    for (int p = 0; p < FETCH_PRIO_COUNT; p++)
+        free(s->queue[p]);
     free(s->buf);
     free(s);
 }
@@ -1034,25 +1236,51 @@ static int queue_cmp(const void *a, const void *b)
     return x->it.offset < y->it.offset ? -1 : x->it.offset > y->it.offset;
 }
 
+/* Make room for n more entries on queue p, dropping its consumed head. */
+static int queue_reserve(fetch_session *s, int p, size_t n)
+{
+    size_t live = s->qlen[p] - s->qhead[p];
+    size_t *q;
+    if (live > 0 && s->qhead[p] > 0)
+        memmove(s->queue[p], s->queue[p] + s->qhead[p], live * sizeof *s->queue[p]);
+    s->qlen[p] = live;
+    s->qhead[p] = 0;
+    q = realloc(s->queue[p], (live + n + 1) * sizeof *q);
+    if (!q)
+        return SHOAL_ENOMEM;
+    s->queue[p] = q;
+    return 0;
+}
+
+static void queue_sort(fetch_session *s, int p)
+{
+    sort_session = s;
+    qsort(s->queue[p] + s->qhead[p], s->qlen[p] - s->qhead[p], sizeof *s->queue[p], queue_cmp);
+    sort_session = NULL;
+}
+
 int fetch_session_add(fetch_session *s, const fetch_item *items, size_t n, shoal_err *err)
 {
+    size_t per[FETCH_PRIO_COUNT] = { 0 };
     if (s->rc)
         return fetch_session_status(s, err);
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].priority < 0 || items[i].priority >= FETCH_PRIO_COUNT)
+            return shoal_err_set(err, SHOAL_EINVAL, "item priority %d out of range",
+                                 items[i].priority);
+        per[items[i].priority]++;
+    }
     if (s->nobjs + n > s->cap_objs) {
         size_t nc = s->nobjs + n + 64;
         obj *p = realloc(s->objs, nc * sizeof *p);
-        size_t *q = p ? realloc(s->queue, nc * sizeof *q) : NULL;
-        if (p)
-            s->objs = p;
-        if (!p || !q)
+        if (!p)
             return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
-        s->queue = q;
-        s->cap_objs = s->qcap = nc;
+        s->objs = p;
+        s->cap_objs = nc;
     }
-    /* Compact the started part of the queue away before appending. */
-    memmove(s->queue, s->queue + s->qhead, (s->qlen - s->qhead) * sizeof *s->queue);
-    s->qlen -= s->qhead;
-    s->qhead = 0;
+    for (int p = 0; p < FETCH_PRIO_COUNT; p++)
+        if (per[p] && queue_reserve(s, p, per[p]) != 0)
+            return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const fetch_item *it = &items[i];
         cache_key key;
@@ -1073,22 +1301,90 @@ int fetch_session_add(fetch_session *s, const fetch_item *items, size_t n, shoal
             s->nobjs++;
             s->bytes_done += it->length;
             s->u->st.objects_cached++;
+            o->assigned = it->length;
             obj_finish(s, o, 0);
             continue;
         }
-        s->queue[s->qlen++] = s->nobjs++;
+        s->nwaiting++;
+        s->unassigned += it->length;
+        o->inq = 1u << it->priority;
+        s->queue[it->priority][s->qlen[it->priority]++] = s->nobjs++;
     }
     s->final_sent = 0;
-    sort_session = s;
-    qsort(s->queue, s->qlen, sizeof *s->queue, queue_cmp);
-    sort_session = NULL;
+    for (int p = 0; p < FETCH_PRIO_COUNT; p++)
+        if (per[p])
+            queue_sort(s, p);
+    after(s);
+    return 0;
+}
+
+/* The unfinished object (file, offset, length), newest first; NULL if none. */
+static obj *obj_find(fetch_session *s, uint32_t file, uint64_t offset, uint64_t length)
+{
+    for (size_t i = s->nobjs; i-- > 0;) {
+        obj *o = &s->objs[i];
+        if (!o->done && o->it.file == file && o->it.offset == offset && o->it.length == length)
+            return o;
+    }
+    return NULL;
+}
+
+int fetch_session_set_priority(fetch_session *s, uint32_t file, uint64_t offset, uint64_t length,
+                               int prio)
+{
+    obj *o;
+    if (prio < 0 || prio >= FETCH_PRIO_COUNT)
+        return SHOAL_EINVAL;
+    if (!(o = obj_find(s, file, offset, length)))
+        return SHOAL_ENOTFOUND;
+    if (o->it.priority == prio)
+        return 0;
+    o->it.priority = prio;
+    if (o->assigned < o->it.length && !(o->inq & (1u << prio))) {
+        /* the entry on the old queue goes stale (queue_pick drops it) */
+        if (queue_reserve(s, prio, 1) != 0)
+            return SHOAL_ENOMEM;
+        s->queue[prio][s->qlen[prio]++] = (size_t)(o - s->objs);
+        o->inq |= 1u << prio;
+        queue_sort(s, prio);
+    }
+    after(s);
+    return 0;
+}
+
+int fetch_session_cancel(fetch_session *s, uint32_t file, uint64_t offset, uint64_t length)
+{
+    obj *o = obj_find(s, file, offset, length);
+    size_t oi;
+    if (!o)
+        return SHOAL_ENOTFOUND;
+    oi = (size_t)(o - s->objs);
+    obj_pause(o);   /* keeps the contiguous prefix (invariant 5) */
+    obj_finish(s, o, SHOAL_ECANCELED);
+    /* Stop the transfers that carry only this object; a coalesced run
+     * with others goes on and drops its bytes (the object is done). */
+    for (xfer *x = s->xfers, *nx; x; x = nx) {
+        int mine = 0, others = 0;
+        nx = x->next;
+        for (size_t i = 0; i < x->nobj; i++) {
+            if (x->segs[i].obj == oi)
+                mine = 1;
+            else if (!s->objs[x->segs[i].obj].done)
+                others = 1;
+        }
+        if (!mine || others)
+            continue;
+        if (x->state == X_RUNNING)
+            curl_multi_remove_handle(s->multi, x->h);
+        xfer_free(s, x);
+    }
     after(s);
     return 0;
 }
 
 int fetch_session_idle(const fetch_session *s)
 {
-    return s->qhead >= s->qlen && s->nxfers == 0;
+    return s->nwaiting == 0 && s->nxfers == 0;
 }
 
 int fetch_session_status(const fetch_session *s, shoal_err *err)

@@ -15,6 +15,7 @@
  *   SEND --body done, drained--> READ (keep-alive) | closed (cut, close)
  */
 #include "tools/hubmock/hubmock_int.h"
+#include "common/sys.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -57,6 +58,7 @@ typedef struct hm_conn {
     uint64_t            stop_at;    /* body bytes we will send */
     uint64_t            pause_at;   /* HM_NONE, or where the mid stall is */
     uint64_t            queued;     /* body bytes added to the output */
+    uint64_t            t0_us;      /* when the answer started (request log) */
     struct ev_token_bucket_cfg *rl;
 } hm_conn;
 
@@ -257,7 +259,8 @@ static void conn_log(hm_conn *c, uint64_t bytes)
 {
     hm_reqlog_write(c->srv->log, c->port == HM_PORT_HUB ? "hub" : "cdn", c->req.method,
                     c->req.target, c->req.range, c->res.status, bytes,
-                    c->req.authorization != NULL, c->res.fault);
+                    c->req.authorization != NULL, c->res.fault, c->t0_us,
+                    shoal_now_ns() / 1000);
 }
 
 /* Queue body bytes up to the next stop (the pause point or the end). */
@@ -321,6 +324,7 @@ static void conn_start_send(hm_conn *c)
         hm_response_error(r, 500, NULL, "hubmock could not read the file");
     }
     c->body_len = r->file_path[0] ? r->file_len : r->mem.len;
+    c->t0_us = shoal_now_ns() / 1000;
     c->stop_at = c->req.is_head ? 0 : c->body_len;
     if (!c->req.is_head && r->cut_after != HM_NONE && r->cut_after < c->body_len)
         c->stop_at = r->cut_after;

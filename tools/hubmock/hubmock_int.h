@@ -133,11 +133,12 @@ int hm_rng_chance(hm_rng *r, double rate);
 /* ---- reqlog.c ------------------------------------------------------------ */
 
 typedef struct hm_reqlog hm_reqlog;
-int hm_reqlog_open(const char *path, hm_reqlog **out, shoal_err *err);
+/* times: add t0_us / t1_us to each line (--log-times). */
+int hm_reqlog_open(const char *path, int times, hm_reqlog **out, shoal_err *err);
 void hm_reqlog_close(hm_reqlog *l);
 void hm_reqlog_write(hm_reqlog *l, const char *port, const char *method, const char *target,
                      const char *range, int status, uint64_t bytes, int auth,
-                     const char *fault);
+                     const char *fault, uint64_t t0_us, uint64_t t1_us);
 
 /* ---- http.c ---------------------------------------------------------------- */
 
@@ -194,6 +195,7 @@ typedef struct hm_server {
     hm_reqlog  *log;             /* NULL: no log */
     const char *token;           /* NULL: not gated */
     int         small_redirect;  /* small files: relative 307 to resolve-cache */
+    int         log_times;       /* request log lines carry t0_us / t1_us */
     int         hub_port, cdn_port;
     uint8_t     secret[32];      /* CDN URL signing key */
     struct hm_conn *conns;       /* open connections (http.c) */

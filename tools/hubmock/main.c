@@ -31,6 +31,7 @@ static void usage(FILE *out)
 "  --port N, --cdn-port N   ports (0 = any free port; default 0)\n"
 "  --token T                gate the repos: requests need 'Authorization: Bearer T'\n"
 "  --log FILE               JSON-lines request log, flushed per line\n"
+"  --log-times              add t0_us / t1_us (start, end of each answer) to it\n"
 "  --lfs-threshold SIZE     files this large are LFS (default 10MiB; *.safetensors\n"
 "                           and tiktoken.model always are)\n"
 "  --small-redirect         small files answer a relative 307 to /api/resolve-cache/\n"
@@ -118,6 +119,10 @@ static int args_apply(hm_server *s, int argc, char **argv, int *hub_port, int *c
             s->small_redirect = 1;
             continue;
         }
+        if (strcmp(a, "--log-times") == 0) {
+            s->log_times = 1;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "hubmock: %s needs a value (see --help)\n", a);
             return -1;
@@ -200,7 +205,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "hubmock: getrandom failed\n");
         goto out;
     }
-    if (log_path && hm_reqlog_open(log_path, &s.log, &err)) {
+    if (log_path && hm_reqlog_open(log_path, s.log_times, &s.log, &err)) {
         fprintf(stderr, "hubmock: %s\n", err.msg);
         goto out;
     }

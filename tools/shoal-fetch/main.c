@@ -51,6 +51,8 @@ static void usage(FILE *out)
 "  --experts SEL        all | layers:A-B | L:E,L:E,...\n"
 "  --parallel N         transfers at once (default 8)\n"
 "  --coalesce SIZE      longest merged request (default 64MiB; 1 = never merge)\n"
+"  --split-min SIZE     smallest part when one object goes over several\n"
+"                       connections (default 2MiB; 0 = never split)\n"
 "  --stall-timeout S    retry a transfer silent for S seconds (default 30)\n"
 "  --backoff-ms N       first retry delay (default 1000; doubles to 8000)\n"
 "  --max-attempts N     failures in a row without progress (default 8)\n"
@@ -299,6 +301,13 @@ static int parse_args(int argc, char **argv, args *a, fetch_options *fo)
                 fprintf(stderr, "shoal-fetch: bad --max-size '%s'\n", argv[i]);
                 return 2;
             }
+        } else if (has && strcmp(x, "--split-min") == 0) {
+            if (shoal_size_parse(argv[++i], &fo->split_min)) {
+                fprintf(stderr, "shoal-fetch: bad --split-min '%s'\n", argv[i]);
+                return 2;
+            }
+            if (fo->split_min == 0)
+                fo->split_min = FETCH_SPLIT_NEVER;
         } else if (has && strcmp(x, "--coalesce") == 0) {
             if (shoal_size_parse(argv[++i], &fo->coalesce_bytes) || fo->coalesce_bytes == 0) {
                 fprintf(stderr, "shoal-fetch: bad --coalesce '%s'\n", argv[i]);
