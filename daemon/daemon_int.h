@@ -66,7 +66,10 @@ typedef struct daemon_config {
     char     home[SHOAL_PATH_MAX];
     char     socket_path[108];
     uint64_t max_size;             /* 0: the cache's default budget */
-    int      parallel;             /* transfers at once */
+    int      parallel;             /* transfers (and connections) at once */
+    uint64_t split_min;            /* smallest part of a split object; 0:
+                                      the fetcher's default (2 MiB);
+                                      UINT64_MAX: never split */
     const char *endpoint;          /* HF endpoint (NULL: default) */
     const char *token;             /* NULL: anonymous */
     uint32_t flush_ms;             /* counter flush timer */
@@ -288,9 +291,14 @@ int  upstream_start(shoald *d, xfer *x, shoal_err *err);
 /* Stop x: pause (keep the partial, resumable) or abort its writer.  No
  * sched_xfer_done() follows. */
 void upstream_stop(shoald *d, xfer *x, int keep_partial);
-/* Can upstream_stop() really stop one transfer (so warm ones can be parked
- * for a demand)?  When not, demand gets upstream_headroom() extra slots. */
+/* Should sched park warm transfers for a demand (upstream_stop, then
+ * requeue)?  When not, demand gets upstream_headroom() extra slots. */
 int  upstream_can_park(void);
+/* Can upstream_stop() stop one transfer (a prefetch nobody waits for)? */
+int  upstream_can_cancel(void);
+/* x (running) changed priority (a demand joined a prefetch): its parts not
+ * yet started are served at x->prio. */
+void upstream_set_priority(shoald *d, xfer *x);
 int  upstream_headroom(const shoald *d);
 /* Shutdown: pause every writer so the next run resumes. */
 void upstream_park_all(shoald *d);

@@ -39,6 +39,8 @@ static void usage(FILE *out)
 "                     $XDG_CACHE_HOME/shoal, else ~/.cache/shoal)\n"
 "  --max-size SIZE    cache budget (\"200G\"; default: 90%% of the free disk)\n"
 "  --parallel N       transfers at once (default 8)\n"
+"  --split-min SIZE   smallest part when one object goes over several\n"
+"                     connections (default 2M; 0 = never split)\n"
 "  --log FILE         log to FILE (SIGHUP reopens it); default stderr, or\n"
 "                     DIR/shoald.log with --detach\n"
 "  --log-level L      error|warn|info|debug|trace (default info)\n"
@@ -53,7 +55,7 @@ static void usage(FILE *out)
 }
 
 typedef struct opts {
-    const char *home, *max_size, *parallel, *log, *log_level, *pid_file;
+    const char *home, *max_size, *parallel, *split_min, *log, *log_level, *pid_file;
     int detach, no_fsync;
 } opts;
 
@@ -78,6 +80,8 @@ static int parse_args(int argc, char **argv, opts *o)
             slot = &o->max_size;
         } else if (strcmp(a, "--parallel") == 0) {
             slot = &o->parallel;
+        } else if (strcmp(a, "--split-min") == 0) {
+            slot = &o->split_min;
         } else if (strcmp(a, "--log") == 0) {
             slot = &o->log;
         } else if (strcmp(a, "--log-level") == 0) {
@@ -173,6 +177,13 @@ static int config_build(const opts *o, daemon_config *cfg, shoal_err *err)
             return shoal_err_set(err, SHOAL_EINVAL, "--parallel takes 1..%d, not %s",
                                  DAEMON_PARALLEL_MAX, o->parallel);
         cfg->parallel = (int)v;
+    }
+    if (o->split_min) {
+        if (shoal_size_parse(o->split_min, &cfg->split_min) != 0)
+            return shoal_err_set(err, SHOAL_EINVAL, "--split-min: cannot read %s (try 4M, or 0)",
+                                 o->split_min);
+        if (cfg->split_min == 0)
+            cfg->split_min = UINT64_MAX;   /* 0 on the command line: never split */
     }
     if (o->max_size && shoal_size_parse(o->max_size, &cfg->max_size) != 0)
         return shoal_err_set(err, SHOAL_EINVAL, "--max-size: cannot read %s (try 200G)",

@@ -10,10 +10,12 @@
  *      queue of its priority, a running one on the running list.
  *   2. x->prio is the best (lowest) priority of its waiters; a join of a
  *      better priority raises it and moves a queued xfer to that queue.
- *   3. At most cfg.parallel transfers run.  When a demand or prefetch waits
- *      and every slot is busy, the newest running warm transfer is parked
- *      (its writer paused, so it resumes from where it stopped) and
- *      requeued, so background warming never delays an engine.
+ *   3. At most cfg.parallel transfers run, plus upstream_headroom() more
+ *      for a demand or prefetch while a transfer of a worse priority runs
+ *      (the fetch session then serves the better one's parts first), so
+ *      background work never delays an engine.  (With upstream_can_park(),
+ *      the newest running warm transfer would be parked instead: writer
+ *      paused, requeued.)
  *   4. Starting transfers happens in a deferred callback, never inside
  *      sched_attach, so a caller's loop over keys is never re-entered.
  *
@@ -176,10 +178,14 @@ static void run_start(struct sched *s, xfer *x)
     }
 }
 
-static int sched_warm_running(const struct sched *s)
+/* Is a transfer of a worse priority than p running?  Then a p transfer
+ * may take a headroom slot: the fetch session serves its parts before the
+ * other's (priorities per connection), so it does not wait for a whole
+ * prefetch or warm object to finish. */
+static int sched_lower_running(const struct sched *s, int p)
 {
     for (xfer *x = s->run_head; x; x = x->qnext)
-        if (x->prio == PRIO_WARM)
+        if (x->prio > p)
             return 1;
     return 0;
 }
@@ -218,7 +224,7 @@ static void sched_pump(evutil_socket_t fd, short what, void *arg)
             if (upstream_can_park()) {
                 if (!preempt_warm(s))
                     return;
-            } else if (!sched_warm_running(s) ||
+            } else if (!sched_lower_running(s, p) ||
                        s->running >= (size_t)(s->d->cfg.parallel + upstream_headroom(s->d))) {
                 return;
             }
@@ -235,6 +241,10 @@ static void xfer_reprioritise(struct sched *s, xfer *x)
     for (waiter *w = x->waiters; w; w = w->next)
         if (w->prio < best)
             best = w->prio;
+    if (x->state == XFER_RUNNING && best < x->prio) {
+        x->prio = best;
+        upstream_set_priority(s->d, x);   /* its parts not yet started go first */
+    }
     x->prio = best;
     if (best == PRIO_DEMAND)
         x->had_demand = 1;
@@ -306,7 +316,7 @@ void sched_detach(struct sched *s, waiter *w)
         xfer_free(s, x);
         return;
     }
-    if (x->state == XFER_RUNNING && !x->had_demand && upstream_can_park()) {
+    if (x->state == XFER_RUNNING && !x->had_demand && upstream_can_cancel()) {
         /* Nobody wants it: a cancelled prefetch.  Keep what arrived.  (An
          * upstream that cannot stop one transfer lets it finish into the
          * cache instead: a new ask for the object then joins it rather

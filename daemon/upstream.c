@@ -12,14 +12,25 @@
  * a completion inside upstream_start and a session is never freed inside
  * its own callback.
  *
- * What the fetcher API does not offer yet: stopping one item (only the
- * whole session).  So a cancelled prefetch keeps transferring into the
- * cache (its completion is then ignored here), and the scheduler gives
- * demand extra slots instead of parking warm transfers (see
- * upstream_can_park()).  The session's own limit is parallel plus that
- * headroom.  After a fatal session error (disk full, refused credentials,
- * too many failures) every transfer of that session fails with it and the
- * session is rebuilt on the next start.
+ * The session has --parallel connections (the P of its guided
+ * self-scheduling), as many as sched runs transfers: an object alone on the
+ * wire goes over several connections as parts (docs/fetcher.md), so the
+ * last objects of a layer do not leave connections idle.  Each item
+ * carries its transfer's priority, raised in the session when a demand
+ * joins a running prefetch (upstream_set_priority).
+ *
+ * upstream_stop cancels one item in the session (fetch_session_cancel):
+ * its running parts stop and its writer is paused, keeping the contiguous
+ * prefix (parts ahead of it are lost).  So sched stops a prefetch nobody
+ * waits for (upstream_can_cancel()).  It does not park warm transfers for
+ * a demand (upstream_can_park() is 0): demand gets upstream_headroom()
+ * extra transfers, which the session mirrors (demand_headroom: extra
+ * connections for demand items while a prefetch or warm one runs).  The
+ * cancel's own completion (ECANCELED) is not reported: the
+ * xfer is gone or requeued, and a later transfer of the same key must not
+ * receive it.  After a fatal session error (disk full, refused
+ * credentials, too many failures) every transfer of that session fails
+ * with it and the session is rebuilt on the next start.
  */
 #include "daemon/daemon_int.h"
 #include "common/log.h"
@@ -44,6 +55,7 @@ struct upstream_model {
     watch  *w;
     size_t  nw;
     int     broken;                  /* session failed: rebuild before use */
+    int     cancelling;              /* inside fetch_session_cancel */
 };
 
 typedef struct done_rec {
@@ -151,6 +163,10 @@ static void on_item_done(const fetch_item *it, int rc, void *ctx)
     done_rec *r = calloc(1, sizeof *r);
     shoal_err err = { 0 };
 
+    if (um->cancelling) {   /* upstream_stop's own cancel: nobody to tell */
+        free(r);
+        return;
+    }
     if (!r) {
         LOG_ERROR("upstream", "out of memory recording a completion");
         return;
@@ -253,7 +269,12 @@ void upstream_shutdown(shoald *d)
     up.ev_done = NULL;
 }
 
+/* Parking would cost a warm transfer its parts ahead of the prefix and a
+ * new request; demand gets extra slots instead, here and in the session
+ * (fetch_options.demand_headroom), and the session serves demand parts
+ * first. */
 int upstream_can_park(void) { return 0; }
+int upstream_can_cancel(void) { return 1; }
 
 int upstream_model_load(shoald *d, model *m, shoal_err *err)
 {
@@ -272,7 +293,10 @@ int upstream_model_load(shoald *d, model *m, shoal_err *err)
     o.model = m->spec;
     o.endpoint = d->cfg.endpoint;
     o.token = d->cfg.token;
-    o.parallel = d->cfg.parallel + upstream_headroom(d);
+    o.parallel = d->cfg.parallel;
+    o.split_ways = d->cfg.parallel;
+    o.demand_headroom = upstream_headroom(d);
+    o.split_min = d->cfg.split_min;
     rc = fetch_upstream_open(&o, d->cache, &um->u, err);
     if (rc)
         return rc;
@@ -319,6 +343,7 @@ int upstream_start(shoald *d, xfer *x, shoal_err *err)
     it.layer = x->obj.layer;
     it.expert = x->obj.expert;
     it.tensor = x->obj.tensor;
+    it.priority = x->prio;   /* PRIO_* and FETCH_PRIO_* agree */
     rc = fetch_session_add(um->s, &it, 1, err);
     if (rc)
         return rc;
@@ -328,11 +353,26 @@ int upstream_start(shoald *d, xfer *x, shoal_err *err)
 
 void upstream_stop(shoald *d, xfer *x, int keep_partial)
 {
+    struct upstream_model *um = (struct upstream_model *)x->up;
     (void)d;
+    /* The fetcher always keeps the contiguous prefix (a paused writer); a
+     * partial nobody resumes is dropped by the cache's age limit. */
     (void)keep_partial;
-    /* No per-item stop in the fetcher: the bytes keep landing in the cache
-     * and the completion, finding no running xfer, is ignored. */
     x->up = NULL;
+    if (!um || !um->s || um->broken)
+        return;
+    um->cancelling = 1;
+    if (fetch_session_cancel(um->s, x->obj.file, x->key.offset, x->key.length) != 0)
+        LOG_DEBUG("upstream", "stop: the item had already finished");
+    um->cancelling = 0;
+}
+
+void upstream_set_priority(shoald *d, xfer *x)
+{
+    struct upstream_model *um = (struct upstream_model *)x->up;
+    (void)d;
+    if (um && um->s && !um->broken)
+        fetch_session_set_priority(um->s, x->obj.file, x->key.offset, x->key.length, x->prio);
 }
 
 void upstream_park_all(shoald *d)
