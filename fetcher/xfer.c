@@ -752,13 +752,15 @@ static int big_object(const fetch_session *s, const obj *o)
  * unassigned bytes U, clipped to the object's rest, and the whole rest
  * when less than split_min would remain.  With much queued (U / P at least
  * an object) whole objects go out, one request each; as the queue drains
- * parts shrink, so every connection finishes at about the same time. */
+ * parts shrink, so every connection finishes at about the same time.  A
+ * prefetch always goes in split_min parts: a demand arriving behind it
+ * then waits at most one small part for a connection. */
 static uint64_t part_length(const fetch_session *s, const obj *o)
 {
     uint64_t rest = o->it.length - o->assigned;
     uint64_t p = s->split_ways > 0 ? (uint64_t)s->split_ways : 1;
     uint64_t n = (s->unassigned + p - 1) / p;
-    if (n < s->split_min)
+    if (n < s->split_min || o->it.priority == FETCH_PRIO_PREFETCH)
         n = s->split_min;
     if (n >= rest || rest - n < s->split_min)
         n = rest;
@@ -874,9 +876,11 @@ static int take_work(fetch_session *s, xfer *x)
 }
 
 /* May another transfer start?  Up to `parallel`; beyond that, up to
- * demand_headroom more for a demand item while a prefetch or warm transfer
- * holds a connection (so background work never delays an engine by a
- * whole part). */
+ * demand_headroom more for a demand item while a warm transfer holds a
+ * connection (background warming never delays an engine by a whole part).
+ * A prefetch gets no such pass: it is the engine's own guess, kept inside
+ * the connection budget, and its parts are small (part_length) so a demand
+ * waits at most one small part for a connection. */
 static int slot_free(fetch_session *s)
 {
     int p = 0;
@@ -886,7 +890,7 @@ static int slot_free(fetch_session *s)
         || p != FETCH_PRIO_DEMAND)
         return 0;
     for (xfer *x = s->xfers; x; x = x->next)
-        if (x->prio != FETCH_PRIO_DEMAND)
+        if (x->prio == FETCH_PRIO_WARM)
             return 1;
     return 0;
 }
