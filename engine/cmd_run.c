@@ -52,6 +52,7 @@ typedef struct run_opts {
     int no_prefetch;             /* --prefetch on|score|off: 0, 1, 2 */
     double cutoff;               /* --prefetch-cutoff */
     int spine_cache_off;         /* --spine-cache off */
+    uint64_t read_part;          /* --read-part (0: the source's default) */
 } run_opts;
 
 static void usage(FILE *f)
@@ -90,7 +91,9 @@ static void usage(FILE *f)
           "                      --expert-ram, else keep; docs/performance.md)\n"
           "  --prefetch on|score|off   hf://: router lookahead prefetches (default on;\n"
           "                      score measures recall without sending)\n"
-          "  --prefetch-cutoff R recall under which a layer stops prefetching (default 0.5)\n", f);
+          "  --prefetch-cutoff R recall under which a layer stops prefetching (default 0.5)\n"
+          "  --read-part SIZE    hf://, advanced: read each expert in parts of SIZE\n"
+          "                      (rounded up to whole pages; default 1M)\n", f);
 }
 
 static int parse_tokens(const char *s, run_opts *o)
@@ -161,6 +164,9 @@ static int parse_args(int argc, char **argv, run_opts *o)
             else if (strcmp(val, "dontneed") == 0) o->page_cache = EXPERT_PC_DONTNEED;
             else if (strcmp(val, "direct") == 0) o->page_cache = EXPERT_PC_DIRECT;
             else goto bad;
+        } else if (strcmp(a, "--read-part") == 0) {
+            if (shoal_size_parse(val, &o->read_part) != 0 || o->read_part == 0
+                || o->read_part > (1ull << 30)) goto bad;
         } else if (strcmp(a, "--prefetch") == 0) {
             if (strcmp(val, "on") == 0) o->no_prefetch = 0;
             else if (strcmp(val, "score") == 0) o->no_prefetch = 1;
@@ -451,7 +457,8 @@ static int run_model(run_opts *o, shoal_err *err)
                                      .expert_ram_set = o->expert_ram_set,
                                      .page_cache = (expert_page_cache)o->page_cache,
                                      .page_cache_set = o->page_cache >= 0,
-                                     .spine_cache_off = o->spine_cache_off };
+                                     .spine_cache_off = o->spine_cache_off,
+                                     .read_part = o->read_part };
         if ((rc = engine_remote_open(o->model, &ro, &o->mopt, &remote, err)) != 0)
             goto done;
         m = engine_remote_model(remote);

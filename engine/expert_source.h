@@ -119,6 +119,8 @@ typedef struct expert_source_shoald_options {
     uint64_t ram_bytes;       /* RAM tier budget over all MoE layers; 0: none */
     expert_page_cache page_cache;
     int timeout_ms;           /* per item; <= 0: 60 s */
+    uint64_t read_part;       /* bytes per read part, rounded up to whole pages;
+                               * 0: the default (docs/performance.md) */
 } expert_source_shoald_options;
 
 /* The shoald source: experts of the model `handle` opened on `client`

@@ -17,12 +17,37 @@
  *   - the RAM tier: after a fetch, the layer keeps at most `quota` experts
  *     resident (least recently used out first); an expert still resident at
  *     its next use is a RAM hit, counted and REPORTed to shoald.
+ *   - the reads: an arrived expert's bytes are read by IO_THREADS reader
+ *     threads in parts of `read_part` bytes (page-aligned sub-ranges of its
+ *     mapping or buffer), handed out in order, so the readers work on the
+ *     first expert's parts together and experts become ready one after
+ *     another at the disk's full rate (docs/performance.md "Parallel reads").
+ *
+ *     A guess the layer's real set does not name stops there: its parts
+ *     not started yet are skipped (io_skip) and it is dropped at the trim,
+ *     so a wrong guess costs at most the parts already being read, not a
+ *     whole expert of disk time; a later demand resumes them.
+ *
+ * Invariants of a slot's read (io mutex held to change or test them):
+ *   1. parts [0, io_next) were handed to readers, io_left of the io_parts
+ *      are not done; ready = 1 exactly when io_left reached 0; the parts a
+ *      reader holds are io_next + io_left - io_parts;
+ *   2. a slot is unloaded (unmapped / freed) only when no reader holds a
+ *      part of it (ready, or slot_dropped_idle) or after the readers were
+ *      joined;
+ *   3. a slot sits at most once in each ring (io_queued bit r), so a ring
+ *      of one entry per slot never overflows; an entry with no part to hand
+ *      out (all handed out, skipped, or unloaded) is dropped when reached;
+ *   4. io_fd (EXPERT_PC_DIRECT) is open from arrival until the last part is
+ *      done (or the slot is unloaded); the reader that finishes the last
+ *      part closes it.
  *
  * Owns: slots, mappings and buffers, open GETs.  Does not own the client
  * connection nor the model handle (both borrowed).
  */
 #include "engine/expert_source.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -52,18 +77,28 @@ typedef struct slot {
     uint8_t demand;            /* a demand GET for it is open */
     uint8_t prefetched;        /* came through a prefetch, not used yet */
     uint8_t kept;              /* survived a trim of its layer: the RAM tier holds it */
-    /* the read (io threads): data is set at arrival, the bytes are there
-     * once ready; io_rc its failure.  Guarded by the source's io mutex. */
+    uint8_t wanted;            /* scratch of shoald_request: in the layer's real set */
+    /* the read, in parts (invariants 1-4 above): data is set at arrival,
+     * the bytes are there once ready; io_rc the first failed part's code.
+     * Guarded by the source's io mutex. */
     int ready, io_rc;
-    int io_started;            /* a reader took it (later ring entries are stale) */
-    int io_fd;                 /* EXPERT_PC_DIRECT: the daemon's descriptor until read */
-    uint64_t io_off;
+    uint32_t io_parts, io_next, io_left;
+    uint8_t io_queued;         /* bit r: in ring r */
+    uint8_t io_skip;           /* a dropped guess: hand out no further part */
+    uint8_t io_direct;         /* io_fd is an O_DIRECT descriptor (else the tmpfs fallback) */
+    int io_fd;                 /* EXPERT_PC_DIRECT: the descriptor the parts read */
+    uint64_t io_off;           /* of the object in io_fd */
 } slot;
 
-/* Reader threads: the reads of every arrived expert run in parallel with
- * each other and with the compute (one thread reading expert after expert
- * reaches about half of what the disk gives to 8 readers). */
-#define IO_THREADS 8
+/* Reader threads and the default part size (docs/performance.md "Parallel
+ * reads", measured on this VM's virtio disk): the reads of every arrived
+ * expert run in parallel with each other and with the compute, one
+ * synchronous request per reader.  16 readers of 1 MiB parts kept the
+ * disk's queue fuller than 8 of 2 MiB (O_DIRECT 1.69 against 1.76 of the
+ * bound, mmap the same); 512 KiB parts made the page cache's requests
+ * half as large and were slower with mmap. */
+#define IO_THREADS 16
+#define READ_PART_DEFAULT (1u << 20)
 
 typedef struct io_ring {
     slot **q;
@@ -99,6 +134,7 @@ typedef struct shoald_src {
     size_t n_reqs, cap_reqs;
     uint64_t clock;
     long page;
+    size_t part;               /* bytes per read part: a multiple of the page */
     /* counters */
     uint64_t prefetch_sent, prefetch_used, prefetch_early;
     uint64_t ram_hits, ram_misses, ram_bytes_hit, res_count, res_bytes;
@@ -131,7 +167,12 @@ static void slot_unload(shoald_src *s, int layer, slot *sl)
         close(sl->io_fd);
     sl->fd = sl->io_fd = -1;
     sl->data = NULL;
+    pthread_mutex_lock(&s->io.mu);
     sl->ready = 0;
+    sl->io_next = sl->io_parts;                /* a ring entry left is inert (3.) */
+    sl->io_left = 0;
+    sl->io_skip = 0;
+    pthread_mutex_unlock(&s->io.mu);
     sl->base = NULL;
     sl->prefetched = 0;
     s->resident[layer]--;
@@ -139,72 +180,92 @@ static void slot_unload(shoald_src *s, int layer, slot *sl)
     s->res_bytes -= s->o.expert_bytes;
 }
 
-/* O_DIRECT read of [off, off+len) of fd into buf (aligned, room for the
- * rounded range): a fresh open file description (/proc/self/fd), so the
- * daemon's descriptor keeps its flags.  Returns the data pointer in buf. */
-static const uint8_t *read_direct(int fd, uint64_t off, uint64_t len, uint8_t *buf, size_t cap)
+/* Part `part` of a slot's read: bytes [*b0, *b1) of its mapping or buffer,
+ * which begins at the page (4096-byte block for O_DIRECT) holding the
+ * object's first byte; *lo, *hi: the object's bytes within the part. */
+static void part_range(const shoald_src *s, const slot *sl, uint32_t part, size_t *b0,
+                       size_t *b1, size_t *lo, size_t *hi)
 {
-    char path[64];
-    uint64_t start = off / 4096 * 4096;
-    int dfd;
+    size_t lead = (size_t)(sl->data - (const uint8_t *)sl->base);
+    size_t end = lead + (size_t)s->o.expert_bytes;
 
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    dfd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    if (dfd < 0) {       /* a file system without O_DIRECT (tmpfs): read, then drop */
-        int rc = shoal_pread_all(fd, buf + (off - start), (size_t)len, (off_t)off);
-        posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
-        return rc == 0 ? buf + (off - start) : NULL;
+    *b0 = (size_t)part * s->part;
+    *b1 = sl->maplen - *b0 > s->part ? *b0 + s->part : sl->maplen;
+    *lo = *b0 > lead ? *b0 : lead;
+    *hi = *b1 < end ? *b1 : end;
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
+/* Read one part into the slot's aligned buffer with O_DIRECT (whole
+ * blocks: the part's range is block-aligned; the file's last block may
+ * come short).  Without O_DIRECT (tmpfs: io_direct 0), a plain read of the
+ * object's bytes in the part, then dropped from the page cache. */
+static int part_read_direct(const shoald_src *s, const slot *sl, uint32_t part)
+{
+    uint64_t start = sl->io_off / 4096 * 4096;
+    uint8_t *buf = sl->base;
+    size_t b0, b1, lo, hi, got = 0;
+
+    part_range(s, sl, part, &b0, &b1, &lo, &hi);
+    if (!sl->io_direct) {
+        int rc = shoal_pread_all(sl->io_fd, buf + lo, hi - lo, (off_t)(start + lo));
+        posix_fadvise(sl->io_fd, (off_t)(start + lo), (off_t)(hi - lo), POSIX_FADV_DONTNEED);
+        return rc == 0 ? 0 : SHOAL_EIO;
     }
-    size_t got = 0;
-    while (got < cap) {
-        ssize_t r = pread(dfd, buf + got, cap - got, (off_t)(start + got));
+    while (got < b1 - b0) {
+        ssize_t r = pread(sl->io_fd, buf + b0 + got, b1 - b0 - got, (off_t)(start + b0 + got));
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
             break;
         got += (size_t)r;
     }
-    close(dfd);
-    return got >= off - start + len ? buf + (off - start) : NULL;
+    return b0 + got >= hi ? 0 : SHOAL_EIO;
 }
 
-/* Read one slot's bytes: fault the mapping in (or the O_DIRECT read). */
-static int io_do(shoald_src *s, slot *sl)
+/* Read one part: fault its range of the mapping in (or the O_DIRECT read). */
+static int part_read(const shoald_src *s, const slot *sl, uint32_t part)
 {
-    if (s->o.page_cache == EXPERT_PC_DIRECT) {
-        const uint8_t *d = read_direct(sl->io_fd, sl->io_off, s->o.expert_bytes, sl->base,
-                                       sl->maplen);
-        close(sl->io_fd);
-        sl->io_fd = -1;
-        return d ? 0 : SHOAL_EIO;
-    }
-    if (madvise(sl->base, sl->maplen, MADV_POPULATE_READ) != 0) {
-        volatile const uint8_t *p = sl->data;      /* kernels before 5.14 */
+    size_t b0, b1, lo, hi;
+
+    if (s->o.page_cache == EXPERT_PC_DIRECT)
+        return part_read_direct(s, sl, part);
+    part_range(s, sl, part, &b0, &b1, &lo, &hi);
+    if (b1 > b0 && madvise((uint8_t *)sl->base + b0, b1 - b0, MADV_POPULATE_READ) != 0) {
+        volatile const uint8_t *p = sl->base;      /* kernels before 5.14: touch its pages */
+        size_t pg = (size_t)s->page;
         uint8_t sum = 0;
-        for (size_t i = 0; i < s->o.expert_bytes; i += (size_t)s->page)
+        for (size_t i = lo; i < hi; i = (i / pg + 1) * pg)
             sum ^= p[i];
         (void)sum;
     }
     return 0;
 }
 
-/* Next slot to read, demand before guesses, and a guess only while no
- * demand read runs: a guess fills the disk's idle time instead of slowing
- * the reads a layer waits for (docs/performance.md).  NULL when none
- * (mutex held); *demand says which kind. */
-static slot *io_take(io_pool *io, int *demand)
+/* Next part to read, in ring order (a slot's parts one after another),
+ * demand before guesses, and a guess only while no demand read runs: a
+ * guess fills the disk's idle time instead of slowing the reads a layer
+ * waits for (docs/performance.md).  NULL when none (mutex held); *demand
+ * says which kind, *part which part of the slot. */
+static slot *io_take(io_pool *io, int *demand, uint32_t *part)
 {
     for (int r = 0; r < 2; r++) {
         io_ring *q = &io->ring[r];
-        *demand = r == 0;
         if (r == 1 && io->dactive > 0)
             return NULL;
         while (q->len > 0) {
             slot *sl = q->q[q->head];
-            q->head = (q->head + 1) % q->cap;
-            q->len--;
-            if (!sl->io_started) {
-                sl->io_started = 1;
+            int got = !sl->io_skip && sl->io_next < sl->io_parts;
+            if (got)
+                *part = sl->io_next++;
+            if (sl->io_skip || sl->io_next >= sl->io_parts) {   /* nothing left: out */
+                q->head = (q->head + 1) % q->cap;
+                q->len--;
+                sl->io_queued &= (uint8_t)~(1u << r);
+            }
+            if (got) {
+                *demand = r == 0;
                 return sl;
             }
         }
@@ -212,7 +273,8 @@ static slot *io_take(io_pool *io, int *demand)
     return NULL;
 }
 
-/* One reader thread. */
+/* One reader thread: part after part; the reader that finishes a slot's
+ * last part makes it ready (and closes its O_DIRECT descriptor). */
 static void *io_main(void *arg)
 {
     shoald_src *s = arg;
@@ -221,58 +283,66 @@ static void *io_main(void *arg)
     pthread_mutex_lock(&io->mu);
     for (;;) {
         slot *sl = NULL;
-        int demand = 0;
-        while (!io->stop && !(sl = io_take(io, &demand)))
+        int demand = 0, fd = -1;
+        uint32_t part = 0;
+        while (!io->stop && !(sl = io_take(io, &demand, &part)))
             pthread_cond_wait(&io->work, &io->mu);
         if (io->stop)
             break;
         io->dactive += demand;
         pthread_mutex_unlock(&io->mu);
-        int rc = io_do(s, sl);
+        int rc = part_read(s, sl, part);
         pthread_mutex_lock(&io->mu);
         io->dactive -= demand;
-        sl->io_rc = rc;
-        sl->ready = 1;
-        pthread_cond_broadcast(&io->done);
+        if (rc != 0 && sl->io_rc == 0)
+            sl->io_rc = rc;                        /* a failed part fails the slot */
+        assert(sl->io_left > 0);
+        if (--sl->io_left == 0) {
+            fd = sl->io_fd;
+            sl->io_fd = -1;
+            sl->ready = 1;
+            pthread_cond_broadcast(&io->done);
+        }
         if (demand && io->dactive == 0)
             pthread_cond_broadcast(&io->work);     /* guesses may go now */
+        if (fd >= 0) {
+            pthread_mutex_unlock(&io->mu);
+            close(fd);
+            pthread_mutex_lock(&io->mu);
+        }
     }
     pthread_mutex_unlock(&io->mu);
     return NULL;
 }
 
-/* Queue a slot's read (prefetch: behind every demand read); `fresh`: a
- * newly loaded slot, else a promotion of one queued as a guess. */
+/* Queue a slot's parts (prefetch: behind every demand read); `fresh`: a
+ * newly loaded slot, else a promotion of one queued as a guess: its parts
+ * not handed out yet are read as demand now. */
 static void io_submit(shoald_src *s, slot *sl, int prefetch, int fresh)
 {
     io_pool *io = &s->io;
-    io_ring *q = &io->ring[prefetch ? 1 : 0];
-    int inline_read = 0;
+    int r = prefetch ? 1 : 0;
+    io_ring *q = &io->ring[r];
 
     pthread_mutex_lock(&io->mu);
     if (fresh) {
+        size_t n = (sl->maplen + s->part - 1) / s->part;
         sl->ready = 0;
         sl->io_rc = 0;
-        sl->io_started = 0;
+        sl->io_parts = sl->io_left = n > 0 ? (uint32_t)n : 1;
+        sl->io_next = 0;
+        sl->io_skip = 0;
     }
-    if (!sl->io_started) {
-        if (q->len < q->cap) {
-            q->q[(q->head + q->len) % q->cap] = sl;
-            q->len++;
-            pthread_cond_signal(&io->work);
-        } else {            /* cannot happen with the sizes below; never lose a read */
-            sl->io_started = 1;
-            inline_read = 1;
-        }
+    if (!prefetch)
+        sl->io_skip = 0;                           /* demanded after all: resume */
+    if (sl->io_next < sl->io_parts && !(sl->io_queued & (1u << r))) {
+        assert(q->len < q->cap);                   /* invariant 3 */
+        q->q[(q->head + q->len) % q->cap] = sl;
+        q->len++;
+        sl->io_queued |= (uint8_t)(1u << r);
+        pthread_cond_broadcast(&io->work);         /* a reader per part */
     }
     pthread_mutex_unlock(&io->mu);
-    if (inline_read) {
-        int rc = io_do(s, sl);
-        pthread_mutex_lock(&io->mu);
-        sl->io_rc = rc;
-        sl->ready = 1;
-        pthread_mutex_unlock(&io->mu);
-    }
 }
 
 static int slot_ready(shoald_src *s, slot *sl)
@@ -282,6 +352,44 @@ static int slot_ready(shoald_src *s, slot *sl)
     r = sl->ready;
     pthread_mutex_unlock(&s->io.mu);
     return r;
+}
+
+/* A dropped guess, not fully read, that no reader holds a part of:
+ * unloadable (invariant 2).  One read to the end is an expert like any
+ * other (the quota decides). */
+static int slot_dropped_idle(shoald_src *s, slot *sl)
+{
+    int r;
+    pthread_mutex_lock(&s->io.mu);
+    r = sl->io_skip && !sl->ready && sl->io_next + sl->io_left == sl->io_parts;
+    pthread_mutex_unlock(&s->io.mu);
+    return r;
+}
+
+/* An aligned buffer for the item's object and the descriptor its parts
+ * read with O_DIRECT: a fresh open file description (/proc/self/fd), so
+ * the daemon's descriptor keeps its flags; opened once per slot. */
+static int slot_load_direct(slot *sl, shoal_item *it, shoal_err *err)
+{
+    uint64_t start = it->offset / 4096 * 4096;
+    size_t len = (size_t)((it->offset - start + it->length + 4095) / 4096 * 4096);
+    void *buf = NULL;
+    char path[64];
+
+    if (posix_memalign(&buf, 4096, len ? len : 4096) != 0)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory for an expert");
+    snprintf(path, sizeof path, "/proc/self/fd/%d", it->fd);
+    sl->base = buf;
+    sl->maplen = len;
+    sl->data = (const uint8_t *)buf + (it->offset - start);
+    sl->io_off = it->offset;
+    sl->io_fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    sl->io_direct = sl->io_fd >= 0;
+    if (!sl->io_direct) {      /* a file system without O_DIRECT (tmpfs): plain reads */
+        sl->io_fd = it->fd;
+        it->fd = -1;
+    }
+    return 0;
 }
 
 /* Make the item's object resident in sl (takes the item's descriptor);
@@ -296,19 +404,7 @@ static int slot_load(shoald_src *s, int layer, slot *sl, shoal_item *it, int pre
                            layer, (unsigned long long)it->length,
                            (unsigned long long)s->o.expert_bytes);
     } else if (s->o.page_cache == EXPERT_PC_DIRECT) {
-        uint64_t start = it->offset / 4096 * 4096;
-        size_t len = (size_t)((it->offset - start + it->length + 4095) / 4096 * 4096);
-        void *buf = NULL;
-        if (posix_memalign(&buf, 4096, len) != 0) {
-            rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory for an expert");
-        } else {
-            sl->base = buf;
-            sl->maplen = len;
-            sl->data = (const uint8_t *)buf + (it->offset - start);
-            sl->io_fd = it->fd;
-            sl->io_off = it->offset;
-            it->fd = -1;
-        }
+        rc = slot_load_direct(sl, it, err);
     } else {
         shoal_view v;
         rc = shoal_item_map(it, 0, &v, err);
@@ -387,7 +483,7 @@ static int pump(shoald_src *s, int blocking, shoal_err *err)
     sl->inflight--;
     if (!r->prefetch)
         sl->demand = 0;
-    if (it.status == 0 && !sl->data) {
+    if (it.status == 0 && !sl->data && !(r->prefetch && r->cancelled)) {
         shoal_err lerr = { 0 };
         int lr = slot_load(s, layer, sl, &it, r->prefetch, &lerr);   /* releases the item */
         if (lr == 0 && r->prefetch)
@@ -495,12 +591,23 @@ static int shoald_request(void *impl, int layer, const int32_t *ids, size_t n, i
         rc = drain(s, err);
     if (rc != 0 || prefetch)
         return rc;
-    /* the layer's real set is known: its guesses are no longer needed */
+    /* the layer's real set is known: its guesses are no longer needed, and
+     * a guess outside it reads no further part (dropped at the trim) */
     for (size_t i = 0; i < s->n_reqs; i++)
         if (s->reqs[i].layer == layer && s->reqs[i].prefetch && !s->reqs[i].cancelled) {
             s->reqs[i].cancelled = 1;
             shoal_client_cancel(s->client, s->reqs[i].id, NULL);
         }
+    for (size_t i = 0; i < n; i++)
+        slot_at(s, layer, ids[i])->wanted = 1;
+    pthread_mutex_lock(&s->io.mu);
+    for (int e = 0; e < s->o.experts_per_layer; e++) {
+        slot *sl = slot_at(s, layer, e);
+        if (sl->data && sl->prefetched && !sl->wanted && !sl->ready)
+            sl->io_skip = 1;
+        sl->wanted = 0;
+    }
+    pthread_mutex_unlock(&s->io.mu);
     return 0;
 }
 
@@ -509,8 +616,12 @@ static int shoald_request(void *impl, int layer, const int32_t *ids, size_t n, i
 static void layer_trim(shoald_src *s, int layer)
 {
     int E = s->o.experts_per_layer;
-    for (int e = 0; e < E; e++)
-        slot_at(s, layer, e)->prefetched = 0;     /* a guess this fetch did not use */
+    for (int e = 0; e < E; e++) {
+        slot *sl = slot_at(s, layer, e);
+        sl->prefetched = 0;                        /* a guess this fetch did not use */
+        if (sl->data && slot_dropped_idle(s, sl))
+            slot_unload(s, layer, sl);
+    }
     while (s->resident[layer] > s->quota) {
         slot *victim = NULL;
         for (int e = 0; e < E; e++) {
@@ -567,6 +678,7 @@ static int shoald_fetch(void *impl, int layer, const int32_t *ids, size_t n,
     rc = shoald_request(impl, layer, ids, n, 0, err);
     while (rc == 0 && left > 0) {
         size_t i = n;
+        int read_rc = 0, read_done = 0;
         if ((rc = drain(s, err)) != 0) {
             rc = shoal_err_wrap(err, rc, "shoald: layer %d, %zu of %zu experts received", layer,
                                 n - left, n);
@@ -578,9 +690,11 @@ static int shoald_fetch(void *impl, int layer, const int32_t *ids, size_t n,
             slot *sj = slot_at(s, layer, ids[j]);
             if (done[j])
                 continue;
-            if (sj->status || (sj->data && sj->ready))
+            if (sj->status || (sj->data && sj->ready)) {
                 i = j;
-            else if (sj->data)
+                read_done = sj->data && sj->ready;
+                read_rc = read_done ? sj->io_rc : 0;
+            } else if (sj->data)
                 pending = 1;
         }
         if (i == n && pending) {       /* arrived, being read: wait for a read a moment */
@@ -603,15 +717,15 @@ static int shoald_fetch(void *impl, int layer, const int32_t *ids, size_t n,
         slot *sl = slot_at(s, layer, ids[i]);
         done[i] = 1;
         left--;
-        if (!sl->status && sl->io_rc)
-            sl->status = sl->io_rc;
+        if (!sl->status && read_rc)
+            sl->status = read_rc;
         if (sl->status) {
             shoal_err d = { 0 };
             int st = sl->status;
             sl->status = 0;
             shoal_err_set(&d, st, "shoald could not deliver layer %d expert %d: %s", layer,
                           (int)ids[i], shoal_strerror(st));
-            if (sl->data && sl->io_rc)     /* a failed read: not an expert to keep */
+            if (read_done && read_rc)      /* a failed read: not an expert to keep */
                 slot_unload(s, layer, sl);
             rc = fn(ctx, layer, ids[i], NULL, 0, EXPERT_TIER_DISK, st, &d);
             continue;
@@ -696,12 +810,17 @@ expert_source *expert_source_shoald_new(shoal_client *client, uint32_t handle,
     s->o = *o;
     if (s->o.timeout_ms <= 0)
         s->o.timeout_ms = 60000;
+    s->page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+    /* parts: whole pages for madvise, whole 4096-byte blocks for O_DIRECT */
+    size_t align = s->page > 4096 ? (size_t)s->page : 4096;
+    size_t part = o->read_part ? (size_t)o->read_part : READ_PART_DEFAULT;
+    s->part = (part + align - 1) / align * align;
     if (o->expert_bytes && o->moe_layers > 0)
         s->quota = (size_t)(o->ram_bytes / o->expert_bytes / (uint64_t)o->moe_layers);
     s->slots = calloc(nslots ? nslots : 1, sizeof *s->slots);
     s->resident = calloc((size_t)o->n_layers + 1, sizeof *s->resident);
     for (int r = 0; r < 2; r++) {
-        s->io.ring[r].cap = 2 * nslots + 2;
+        s->io.ring[r].cap = nslots + 1;            /* invariant 3 */
         s->io.ring[r].q = calloc(s->io.ring[r].cap, sizeof *s->io.ring[r].q);
     }
     if (!s->slots || !s->resident || !s->io.ring[0].q || !s->io.ring[1].q) {
@@ -723,7 +842,6 @@ expert_source *expert_source_shoald_new(shoal_client *client, uint32_t handle,
         shoald_free(s);
         return NULL;
     }
-    s->page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
     s->last_report_ns = shoal_now_ns();
     return expert_source_new_more(&ops, &more, s);
 }

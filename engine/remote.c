@@ -382,7 +382,7 @@ int engine_remote_open(const char *spec, const engine_remote_options *ro,
         .expert_bytes = r->info.expert_bytes, .n_layers = (int)r->model->cfg.n_layers,
         .experts_per_layer = (int)r->model->cfg.n_experts,
         .ram_bytes = ro && ro->expert_ram_set ? ro->expert_ram : engine_remote_default_ram(), .page_cache = ro ? ro->page_cache : EXPERT_PC_KEEP,
-        .timeout_ms = r->timeout_ms,
+        .timeout_ms = r->timeout_ms, .read_part = ro ? ro->read_part : 0,
     };
     for (int64_t i = 0; i < r->model->cfg.n_layers; i++)
         so.moe_layers += r->model->cfg.layers[i].moe != 0;

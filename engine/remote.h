@@ -31,6 +31,7 @@ typedef struct engine_remote_options {
                                     * experts do not fit the RAM tier, else keep */
     int page_cache_set;
     int spine_cache_off;       /* neither use nor store the cached int8 spine pack */
+    uint64_t read_part;        /* expert reads in parts of this many bytes; 0: default */
 } engine_remote_options;
 
 /* How the spine was loaded. */
