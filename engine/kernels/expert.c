@@ -24,11 +24,14 @@
 void kernels_situ(const float *g, const float *u, float *h, size_t n,
                   float beta1, float beta2)
 {
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i], ui = u[i];
-        float sig = 1.0f / (1.0f + expf(-gi));
-        h[i] = (beta1 * tanhf(gi / beta1) * sig) * (beta2 * tanhf(ui / beta2));
-    }
+    kernels_ops_get()->situ(g, u, h, n, beta1, beta2);
+}
+
+void kernels_situ_scalar(const float *g, const float *u, float *h, size_t n,
+                         float beta1, float beta2)
+{
+    for (size_t i = 0; i < n; i++)
+        h[i] = kernels_situ1(g[i], u[i], beta1, beta2);
 }
 
 size_t kernels_expert_span_bytes(size_t I, size_t L)

@@ -244,8 +244,124 @@ void kernels_avx2_f32(const kernels_f32 *w, size_t r0, size_t r1,
     }
 }
 
+/* ---- activation quantizer and SiTU (the bits of kernels_int.h's scalar
+ * definitions, 8 lanes at a time) ------------------------------------------ */
+
+static inline __m256 abs8(__m256 x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
+
+static void avx2_act_quant(kernels_act *act, size_t v, const float *x, size_t b0, size_t b1)
+{
+    size_t nb = act->cols / KERNELS_BLOCK;
+    int8_t *q = act->q + v * act->cols;
+    int32_t *bias = act->bias + v * act->cols / 4;
+    const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    /* in each 128-bit lane: its even bytes, then its odd bytes */
+    const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                           0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    const __m128i ones8 = _mm_set1_epi8(1), ones16 = _mm_set1_epi16(1);
+    const __m128i mbias = _mm_set1_epi32(-KERNELS_VNNI_BIAS);
+
+    for (size_t b = b0; b < b1; b++) {
+        const float *xb = x + b * KERNELS_BLOCK;
+        __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
+        __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
+        /* max(|x|, acc) keeps acc where |x| is NaN, as the scalar loop does */
+        __m256 m = _mm256_max_ps(abs8(x0), _mm256_setzero_ps());
+        m = _mm256_max_ps(abs8(x1), m);
+        m = _mm256_max_ps(abs8(x2), m);
+        m = _mm256_max_ps(abs8(x3), m);
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        float amax = _mm_cvtss_f32(m4);
+        act->d[v * nb + b] = amax / 127.0f;
+        __m256 id = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+        __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(x0, id));
+        __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(x1, id));
+        __m256i q2 = _mm256_cvtps_epi32(_mm256_mul_ps(x2, id));
+        __m256i q3 = _mm256_cvtps_epi32(_mm256_mul_ps(x3, id));
+        q0 = _mm256_max_epi32(_mm256_min_epi32(q0, lim), nlim);
+        q1 = _mm256_max_epi32(_mm256_min_epi32(q1, lim), nlim);
+        q2 = _mm256_max_epi32(_mm256_min_epi32(q2, lim), nlim);
+        q3 = _mm256_max_epi32(_mm256_min_epi32(q3, lim), nlim);
+        /* packs interleave the lanes: dwords hold cols 0-3, 8-11, 16-19,
+         * 24-27, 4-7, 12-15, 20-23, 28-31; `order` restores 0..31 */
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+        p = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(p, order), split);
+        p = _mm256_permute4x64_epi64(p, 0xD8);  /* even 16 bytes, then odd 16 */
+        __m128i qe = _mm256_castsi256_si128(p), qo = _mm256_extracti128_si256(p, 1);
+        size_t g = b / 4, k = b % 4, gs = nb - 4 * g < 4 ? nb - 4 * g : 4;
+        size_t oe = 128 * g + 16 * k, oo = 128 * g + 16 * gs + 16 * k;
+        _mm_storeu_si128((__m128i *)(q + oe), qe);
+        _mm_storeu_si128((__m128i *)(q + oo), qo);
+        __m128i se = _mm_madd_epi16(_mm_maddubs_epi16(ones8, qe), ones16);
+        __m128i so = _mm_madd_epi16(_mm_maddubs_epi16(ones8, qo), ones16);
+        _mm_storeu_si128((__m128i *)(bias + oe / 4), _mm_mullo_epi32(se, mbias));
+        _mm_storeu_si128((__m128i *)(bias + oo / 4), _mm_mullo_epi32(so, mbias));
+    }
+}
+
+/* kernels_exp_split, 4 lanes: returns expm1(r), *s = 2^k. */
+static inline __m256d exp_split_4d(__m256d y, __m256d *s)
+{
+    static const double c[KERNELS_EXPM1_NC] = KERNELS_EXPM1_C;
+    const __m256d rnd = _mm256_set1_pd(KERNELS_RND);
+    __m256d kf = _mm256_sub_pd(_mm256_add_pd(_mm256_mul_pd(y, _mm256_set1_pd(KERNELS_LOG2E)), rnd), rnd);
+    __m256d r = _mm256_fnmadd_pd(kf, _mm256_set1_pd(KERNELS_LN2_HI), y);
+    r = _mm256_fnmadd_pd(kf, _mm256_set1_pd(KERNELS_LN2_LO), r);
+    __m256d p = _mm256_set1_pd(c[0]);
+    for (int i = 1; i < KERNELS_EXPM1_NC; i++)
+        p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(c[i]));
+    /* kf is an integer in [-145, 145]: 2^kf from its bits */
+    __m256i k = _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(kf));
+    *s = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(k, _mm256_set1_epi64x(1023)), 52));
+    return _mm256_fmadd_pd(_mm256_mul_pd(r, r), p, r);
+}
+
+static inline __m256d expf_4d(__m256d y)
+{
+    __m256d s;
+    y = _mm256_max_pd(_mm256_set1_pd(KERNELS_EXP_LO), _mm256_min_pd(_mm256_set1_pd(KERNELS_EXP_HI), y));
+    __m256d er = exp_split_4d(y, &s);
+    return _mm256_fmadd_pd(s, er, s);
+}
+
+static inline __m256d tanh_4d(__m256d t)
+{
+    const __m256d sign = _mm256_set1_pd(-0.0);
+    __m256d a = _mm256_min_pd(_mm256_set1_pd(KERNELS_TANH_MAX), _mm256_andnot_pd(sign, t)), s;
+    __m256d er = exp_split_4d(_mm256_add_pd(a, a), &s);
+    __m256d e = _mm256_fmadd_pd(s, er, _mm256_sub_pd(s, _mm256_set1_pd(1.0)));
+    __m256d th = _mm256_div_pd(e, _mm256_add_pd(e, _mm256_set1_pd(2.0)));
+    return _mm256_or_pd(th, _mm256_and_pd(t, sign));
+}
+
+static inline __m128 via_double(__m128 x, __m256d (*f)(__m256d))
+{
+    return _mm256_cvtpd_ps(f(_mm256_cvtps_pd(x)));
+}
+
+static void avx2_situ(const float *g, const float *u, float *h, size_t n, float beta1, float beta2)
+{
+    const __m128 b1 = _mm_set1_ps(beta1), b2 = _mm_set1_ps(beta2), one = _mm_set1_ps(1.0f);
+    size_t i = 0;
+
+    for (; i + 4 <= n; i += 4) {
+        __m128 gv = _mm_loadu_ps(g + i), uv = _mm_loadu_ps(u + i);
+        __m128 e = via_double(_mm_xor_ps(gv, _mm_set1_ps(-0.0f)), expf_4d);
+        __m128 sig = _mm_div_ps(one, _mm_add_ps(one, e));
+        __m128 t1 = _mm_mul_ps(_mm_mul_ps(b1, via_double(_mm_div_ps(gv, b1), tanh_4d)), sig);
+        __m128 t2 = _mm_mul_ps(b2, via_double(_mm_div_ps(uv, b2), tanh_4d));
+        _mm_storeu_ps(h + i, _mm_mul_ps(t1, t2));
+    }
+    for (; i < n; i++)
+        h[i] = kernels_situ1(g[i], u[i], beta1, beta2);
+}
+
 const kernels_ops kernels_ops_avx2 = {
-    avx2_mxfp4_fast, kernels_avx2_mxfp4_exact, avx2_q8, kernels_avx2_f32
+    avx2_mxfp4_fast, kernels_avx2_mxfp4_exact, avx2_q8, kernels_avx2_f32,
+    avx2_act_quant, avx2_situ
 };
 
 #else

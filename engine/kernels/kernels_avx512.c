@@ -108,6 +108,7 @@ static void decode_row(const uint8_t *p, const uint8_t *s, size_t ng, uint8_t *w
 {
     const __m512i tab = _mm512_broadcast_i32x4(tab_biased128());
     const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m128i mn = _mm_set1_epi8((char)0xFF), mx = _mm_setzero_si128();
     for (size_t g = 0; g < ng; g++) {
         __m512i v = _mm512_loadu_si512(p + g * 64);
         _mm512_storeu_si512(wbuf + g * 128, _mm512_shuffle_epi8(tab, _mm512_and_si512(v, m4)));
@@ -115,12 +116,20 @@ static void decode_row(const uint8_t *p, const uint8_t *s, size_t ng, uint8_t *w
                             _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)));
         uint32_t s4;
         memcpy(&s4, s + 4 * g, 4);
-        __m128i e = _mm_slli_epi32(_mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)s4)), 23);
+        __m128i sb = _mm_cvtsi32_si128((int)s4);
+        /* the scale bytes' extremes: only the low 4 bytes count (the
+         * others are 0, so they are kept out of the minimum) */
+        mn = _mm_min_epu8(mn, _mm_shuffle_epi32(sb, 0));
+        mx = _mm_max_epu8(mx, sb);
+        __m128i e = _mm_slli_epi32(_mm_cvtepu8_epi32(sb), 23);
         _mm512_storeu_ps(sh16 + 16 * g, spread4(_mm_mul_ps(_mm_castsi128_ps(e), _mm_set1_ps(0.5f))));
     }
-    for (size_t b = 0; b < 4 * ng; b++) {
-        *smin = s[b] < *smin ? s[b] : *smin;
-        *smax = s[b] > *smax ? s[b] : *smax;
+    uint8_t lo[16], hi[16];
+    _mm_storeu_si128((__m128i *)lo, mn);
+    _mm_storeu_si128((__m128i *)hi, mx);
+    for (int k = 0; k < 4; k++) {
+        *smin = lo[k] < *smin ? lo[k] : *smin;
+        *smax = hi[k] > *smax ? hi[k] : *smax;
     }
 }
 
@@ -356,8 +365,122 @@ static void avx512_q8(const kernels_q8 *w, size_t r0, size_t r1,
     }
 }
 
+/* ---- activation quantizer and SiTU (the bits of kernels_int.h's scalar
+ * definitions, 16 lanes at a time) ---------------------------------------- */
+
+static void avx512_act_quant(kernels_act *act, size_t v, const float *x, size_t b0, size_t b1)
+{
+    size_t nb = act->cols / KERNELS_BLOCK;
+    int8_t *q = act->q + v * act->cols;
+    int32_t *bias = act->bias + v * act->cols / 4;
+    const __m512i ieven = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i iodd = _mm512_add_epi32(ieven, _mm512_set1_epi32(1));
+    const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+    const __m128i ones = _mm_set1_epi8(1), mbias = _mm_set1_epi32(-KERNELS_VNNI_BIAS);
+
+    for (size_t b = b0; b < b1; b++) {
+        const float *xb = x + b * KERNELS_BLOCK;
+        __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+        /* max(|x|, acc) keeps acc where |x| is NaN, as the scalar loop does */
+        __m512 m = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_setzero_ps());
+        m = _mm512_max_ps(_mm512_abs_ps(x1), m);
+        float amax = _mm512_reduce_max_ps(m);
+        act->d[v * nb + b] = amax / 127.0f;
+        __m512 id = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+        /* cvtps rounds half to even (MXCSR default), as lrintf does */
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, id));
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, id));
+        q0 = _mm512_max_epi32(_mm512_min_epi32(q0, lim), nlim);
+        q1 = _mm512_max_epi32(_mm512_min_epi32(q1, lim), nlim);
+        __m128i qe = _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(q0, ieven, q1));
+        __m128i qo = _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(q0, iodd, q1));
+        size_t g = b / 4, k = b % 4, gs = nb - 4 * g < 4 ? nb - 4 * g : 4;
+        size_t oe = 128 * g + 16 * k, oo = 128 * g + 16 * gs + 16 * k;
+        _mm_storeu_si128((__m128i *)(q + oe), qe);
+        _mm_storeu_si128((__m128i *)(q + oo), qo);
+        _mm_storeu_si128((__m128i *)(bias + oe / 4),
+                         _mm_mullo_epi32(_mm_dpbusd_epi32(_mm_setzero_si128(), ones, qe), mbias));
+        _mm_storeu_si128((__m128i *)(bias + oo / 4),
+                         _mm_mullo_epi32(_mm_dpbusd_epi32(_mm_setzero_si128(), ones, qo), mbias));
+    }
+}
+
+/* Bitwise double ops through the integer forms (the _pd ones need DQ). */
+static inline __m512d and8d(__m512d a, __m512d b)
+{
+    return _mm512_castsi512_pd(_mm512_and_si512(_mm512_castpd_si512(a), _mm512_castpd_si512(b)));
+}
+static inline __m512d andnot8d(__m512d a, __m512d b)
+{
+    return _mm512_castsi512_pd(_mm512_andnot_si512(_mm512_castpd_si512(a), _mm512_castpd_si512(b)));
+}
+static inline __m512d or8d(__m512d a, __m512d b)
+{
+    return _mm512_castsi512_pd(_mm512_or_si512(_mm512_castpd_si512(a), _mm512_castpd_si512(b)));
+}
+
+/* kernels_exp_split, 8 lanes: returns expm1(r), *s = 2^k. */
+static inline __m512d exp_split_8d(__m512d y, __m512d *s)
+{
+    static const double c[KERNELS_EXPM1_NC] = KERNELS_EXPM1_C;
+    const __m512d rnd = _mm512_set1_pd(KERNELS_RND);
+    __m512d kf = _mm512_sub_pd(_mm512_add_pd(_mm512_mul_pd(y, _mm512_set1_pd(KERNELS_LOG2E)), rnd), rnd);
+    __m512d r = _mm512_fnmadd_pd(kf, _mm512_set1_pd(KERNELS_LN2_HI), y);
+    r = _mm512_fnmadd_pd(kf, _mm512_set1_pd(KERNELS_LN2_LO), r);
+    __m512d p = _mm512_set1_pd(c[0]);
+    for (int i = 1; i < KERNELS_EXPM1_NC; i++)
+        p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[i]));
+    /* kf is an integer in [-145, 145]: 2^kf from its bits */
+    __m512i k = _mm512_cvtepi32_epi64(_mm512_cvtpd_epi32(kf));
+    *s = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(k, _mm512_set1_epi64(1023)), 52));
+    return _mm512_fmadd_pd(_mm512_mul_pd(r, r), p, r);
+}
+
+/* kernels_expf1 on 16 lanes (two halves of 8 doubles). */
+static inline __m512d expf_8d(__m512d y)
+{
+    __m512d s;
+    y = _mm512_max_pd(_mm512_set1_pd(KERNELS_EXP_LO), _mm512_min_pd(_mm512_set1_pd(KERNELS_EXP_HI), y));
+    __m512d er = exp_split_8d(y, &s);
+    return _mm512_fmadd_pd(s, er, s);
+}
+
+static inline __m512d tanh_8d(__m512d t)
+{
+    const __m512d sign = _mm512_set1_pd(-0.0);
+    __m512d a = _mm512_min_pd(_mm512_set1_pd(KERNELS_TANH_MAX), andnot8d(sign, t)), s;
+    __m512d er = exp_split_8d(_mm512_add_pd(a, a), &s);
+    __m512d e = _mm512_fmadd_pd(s, er, _mm512_sub_pd(s, _mm512_set1_pd(1.0)));
+    __m512d th = _mm512_div_pd(e, _mm512_add_pd(e, _mm512_set1_pd(2.0)));
+    return or8d(th, and8d(t, sign));
+}
+
+/* f(8 floats) in double, rounded to 8 floats. */
+static inline __m256 via_double(__m256 x, __m512d (*f)(__m512d))
+{
+    return _mm512_cvtpd_ps(f(_mm512_cvtps_pd(x)));
+}
+
+static void avx512_situ(const float *g, const float *u, float *h, size_t n, float beta1, float beta2)
+{
+    const __m256 b1 = _mm256_set1_ps(beta1), b2 = _mm256_set1_ps(beta2), one = _mm256_set1_ps(1.0f);
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        __m256 gv = _mm256_loadu_ps(g + i), uv = _mm256_loadu_ps(u + i);
+        __m256 e = via_double(_mm256_xor_ps(gv, _mm256_set1_ps(-0.0f)), expf_8d);
+        __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, e));
+        __m256 t1 = _mm256_mul_ps(_mm256_mul_ps(b1, via_double(_mm256_div_ps(gv, b1), tanh_8d)), sig);
+        __m256 t2 = _mm256_mul_ps(b2, via_double(_mm256_div_ps(uv, b2), tanh_8d));
+        _mm256_storeu_ps(h + i, _mm256_mul_ps(t1, t2));
+    }
+    for (; i < n; i++)
+        h[i] = kernels_situ1(g[i], u[i], beta1, beta2);
+}
+
 const kernels_ops kernels_ops_avx512 = {
-    avx512_mxfp4_fast, kernels_avx2_mxfp4_exact, avx512_q8, kernels_avx2_f32
+    avx512_mxfp4_fast, kernels_avx2_mxfp4_exact, avx512_q8, kernels_avx2_f32,
+    avx512_act_quant, avx512_situ
 };
 
 #else

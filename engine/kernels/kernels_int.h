@@ -74,7 +74,17 @@ typedef struct kernels_ops {
                const kernels_act *a, float *y, size_t ldy);
     void (*f32)(const kernels_f32 *w, size_t r0, size_t r1,
                 const float *x, size_t n, float *y, size_t ldy);
+    /* kernels_act_quantize_blocks (same bits on every ISA) */
+    void (*act_quant)(kernels_act *act, size_t v, const float *x, size_t b0, size_t b1);
+    /* kernels_situ (same bits on every ISA: kernels_situ1 per element) */
+    void (*situ)(const float *g, const float *u, float *h, size_t n, float beta1, float beta2);
 } kernels_ops;
+
+/* The portable versions, used by the scalar and NEON tables and for the
+ * tails of the SIMD ones. */
+void kernels_act_quant_scalar(kernels_act *act, size_t v, const float *x, size_t b0, size_t b1);
+void kernels_situ_scalar(const float *g, const float *u, float *h, size_t n,
+                         float beta1, float beta2);
 
 /* The table for the ISA chosen now (kernels_init() first if needed). */
 const kernels_ops *kernels_ops_get(void);
@@ -108,6 +118,89 @@ static inline float kernels_reduce32(const float *a)
     v[0] = u[0] + u[2];
     v[1] = u[1] + u[3];
     return v[0] + v[1];
+}
+
+/* ---- SiTU, one element --------------------------------------------------------
+ * h = (b1 * tanh(g / b1) * sigma(g)) * (b2 * tanh(u / b2)), sigma(g) =
+ * 1 / (1 + exp(-g)), evaluated in f32 in exactly the order the engine used
+ * with libm (g / b1, tanhf, expf, 1 + e, the products), but with exp and
+ * tanh computed in double and rounded once to f32: the correctly rounded
+ * values (glibc's expf returns them for 99.9 % of arguments, its tanhf for
+ * ~78 %, the rest one ulp off), so h stays within an ulp of the libm-based
+ * h.  Rejected: the whole formula in double, rounded once (closer to the
+ * float64 reference, but it moved h by more and flipped an int8 rounding in
+ * tests/integration/test_engine_ref.sh that cost 2.2 % of one position's
+ * layer output, over that test's 2 % bound for such flips).  Unlike libm it
+ * vectorizes: the SIMD variants run exactly these operations lane by
+ * lane (+, -, *, /, fma and float<->double conversions are correctly
+ * rounded everywhere; the clamps let NaN through as _mm*_min_pd(c, y)
+ * does), so every ISA gives the same bits.  libm's expf/tanhf were ~15 % of
+ * a chunked prefill.
+ *
+ * exp(y) and expm1(y) in double, y clamped to [-100, 100] (2^k stays a
+ * normal double; exp(100) still overflows the f32 conversion to inf, as
+ * expf does): k = rint(y/ln2) by the 1.5*2^52 trick, r = y - k*ln2 in two
+ * fma steps (Cody-Waite), |r| <= 0.347, expm1(r) = r + r^2 * P(r) with P
+ * the Taylor series to r^10/12! (truncation < 1e-14 relative); then
+ * exp(y) = 2^k * expm1(r) + 2^k and expm1(y) = 2^k * expm1(r) + (2^k - 1),
+ * one fma each (no cancellation for small |y|). */
+#define KERNELS_EXP_HI   100.0
+#define KERNELS_EXP_LO  (-100.0)
+#define KERNELS_TANH_MAX 20.0   /* tanh(20) is 1 within 1e-17 */
+#define KERNELS_RND      6755399441055744.0  /* 1.5 * 2^52 */
+#define KERNELS_LOG2E    1.4426950408889634
+#define KERNELS_LN2_HI   6.93147180369123816490e-01
+#define KERNELS_LN2_LO   1.90821492927058770002e-10
+
+/* Taylor coefficients of (expm1(r) - r) / r^2, highest first. */
+#define KERNELS_EXPM1_C \
+    { 1.0 / 479001600, 1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, \
+      1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5 }
+#define KERNELS_EXPM1_NC 11
+
+/* 2^k and expm1(r) for y = k ln2 + r; y in [-100, 100]. */
+static inline double kernels_exp_split(double y, double *s)
+{
+    static const double c[KERNELS_EXPM1_NC] = KERNELS_EXPM1_C;
+    double kf = (y * KERNELS_LOG2E + KERNELS_RND) - KERNELS_RND;
+    double r = fma(-kf, KERNELS_LN2_HI, y);
+    r = fma(-kf, KERNELS_LN2_LO, r);
+    double p = c[0];
+    for (int i = 1; i < KERNELS_EXPM1_NC; i++)
+        p = fma(p, r, c[i]);
+    /* NaN (only from a NaN input) gives k = 0: the result stays NaN */
+    uint64_t bits = (uint64_t)((kf == kf ? (int64_t)kf : 0) + 1023) << 52;
+    memcpy(s, &bits, sizeof *s);
+    return fma(r * r, p, r);
+}
+
+static inline double kernels_clamp_exp(double y)
+{
+    y = KERNELS_EXP_HI < y ? KERNELS_EXP_HI : y;
+    return KERNELS_EXP_LO > y ? KERNELS_EXP_LO : y;
+}
+
+/* expf(y), rounded once from double. */
+static inline float kernels_expf1(float y)
+{
+    double s, er = kernels_exp_split(kernels_clamp_exp(y), &s);
+    return (float)fma(s, er, s);
+}
+
+/* tanhf(t) = e / (e + 2), e = expm1(2|t|), sign of t; rounded once. */
+static inline float kernels_tanhf1(float t)
+{
+    double a = fabs((double)t), s;
+    a = KERNELS_TANH_MAX < a ? KERNELS_TANH_MAX : a;
+    double er = kernels_exp_split(a + a, &s);
+    double e = fma(s, er, s - 1.0);
+    return (float)copysign(e / (e + 2.0), (double)t);
+}
+
+static inline float kernels_situ1(float g, float u, float beta1, float beta2)
+{
+    float sig = 1.0f / (1.0f + kernels_expf1(-g));
+    return (beta1 * kernels_tanhf1(g / beta1) * sig) * (beta2 * kernels_tanhf1(u / beta2));
 }
 
 /* Doubled e2m1 values by code (bit 3 = sign). */

@@ -171,7 +171,8 @@ static void neon_f32(const kernels_f32 *w, size_t r0, size_t r1,
 }
 
 const kernels_ops kernels_ops_neon = {
-    neon_mxfp4_fast, neon_mxfp4_exact, neon_q8, neon_f32
+    neon_mxfp4_fast, neon_mxfp4_exact, neon_q8, neon_f32,
+    kernels_act_quant_scalar, kernels_situ_scalar
 };
 
 #else

@@ -59,6 +59,13 @@ float kernels_act_value(const kernels_act *act, size_t v, size_t j)
 void kernels_act_quantize_blocks(kernels_act *act, size_t v, const float *x,
                                  size_t b0, size_t b1)
 {
+    kernels_ops_get()->act_quant(act, v, x, b0, b1);
+}
+
+/* The definition (the SIMD variants store the same bytes): d = amax / 127,
+ * q = lrintf(x * (127 / amax)) clamped to +-127, bias per 4 positions. */
+void kernels_act_quant_scalar(kernels_act *act, size_t v, const float *x, size_t b0, size_t b1)
+{
     size_t nb = act->cols / KERNELS_BLOCK;
 
     for (size_t b = b0; b < b1; b++) {

@@ -78,5 +78,6 @@ static void scalar_f32(const kernels_f32 *w, size_t r0, size_t r1,
 }
 
 const kernels_ops kernels_ops_scalar = {
-    scalar_mxfp4_fast, scalar_mxfp4_exact, scalar_q8, scalar_f32
+    scalar_mxfp4_fast, scalar_mxfp4_exact, scalar_q8, scalar_f32,
+    kernels_act_quant_scalar, kernels_situ_scalar
 };

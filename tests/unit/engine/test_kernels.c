@@ -701,6 +701,105 @@ static void test_situ(void **state)
     }
 }
 
+/* SiTU (own exp/tanh in double, no libm) against float64 over a wide range, and every
+ * ISA bit-identical to the scalar one (tails included: odd n). */
+static void test_situ_isas_bitexact(void **state)
+{
+    (void)state;
+    size_t n = 4099;
+    float *g = malloc(n * sizeof *g), *u = malloc(n * sizeof *u);
+    float *h0 = malloc(n * sizeof *h0), *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) {
+        /* magnitudes from 1e-8 to ~300, both signs */
+        double e = (double)(rnd() % 1000) / 1000.0 * 18 - 10;
+        g[i] = (float)(pow(2.0, e) * (rnd() & 1 ? 1 : -1));
+        u[i] = (float)(pow(2.0, (double)(rnd() % 1000) / 1000.0 * 20 - 11) * (rnd() & 1 ? 1 : -1));
+    }
+    g[0] = 0;
+    u[1] = 0;
+    g[2] = -0.0f;
+    g[3] = 1e30f;
+    u[4] = -1e30f;
+    use_isa(KERNELS_ISA_SCALAR);
+    kernels_situ(g, u, h0, n, 4.0f, 25.0f);
+    for (size_t i = 0; i < n; i++) {
+        double gd = g[i], ud = u[i];
+        double ref = 4 * tanh(gd / 4) / (1 + exp(-gd)) * 25 * tanh(ud / 25);
+        /* exp and tanh correctly rounded, then 8 f32 roundings at most
+         * (divisions, 1 + e, products): 8 * 2^-24 relative */
+        if (!(fabs(h0[i] - ref) <= 8 * U * fabs(ref) + 1e-37))
+            fail_msg("situ g=%.9g u=%.9g: %.9g vs %.9g", (double)g[i], (double)u[i], (double)h0[i], ref);
+    }
+    for (size_t k = 1; k < N_ISAS; k++) {
+        if (!kernels_isa_supported(all_isas[k]))
+            continue;
+        use_isa(all_isas[k]);
+        for (size_t len = n - 3; len <= n; len++) {
+            memset(h, 0xA5, n * sizeof *h);
+            kernels_situ(g, u, h, len, 4.0f, 25.0f);
+            if (memcmp(h, h0, len * sizeof *h) != 0)
+                fail_msg("situ %s differs from scalar (n %zu)", kernels_isa_name(all_isas[k]), len);
+        }
+    }
+    kernels_init();
+    free(g);
+    free(u);
+    free(h0);
+    free(h);
+}
+
+/* The activation quantizer of every ISA stores the scalar one's q, d and
+ * bias terms: values compared directly, bias terms through a VNNI product
+ * (it starts its lanes at them). */
+static void test_act_quantize_isas_bitexact(void **state)
+{
+    (void)state;
+    static const size_t colsl[] = { 32, 96, 160, 224, 3584 };
+    for (size_t ci = 0; ci < sizeof colsl / sizeof colsl[0]; ci++) {
+        size_t cols = colsl[ci], n = 3, rows = 70;
+        float *x = malloc(n * cols * sizeof *x), *y0 = malloc(n * rows * sizeof *y0);
+        float *y = malloc(n * rows * sizeof *y);
+        kernels_act *a0 = kernels_act_new(cols, n), *a = kernels_act_new(cols, n);
+        struct mat m;
+        mat_make(&m, rows, cols, 0);
+        fill_floats(x, n * cols);
+        for (size_t j = 0; j < 32; j++)
+            x[cols + j] = 0;                 /* an all-zero block */
+        x[2 * cols + 5] = 3e-39f;            /* a subnormal */
+        x[7] = -2.5f;
+        use_isa(KERNELS_ISA_SCALAR);
+        assert_int_equal(kernels_act_quantize(a0, x, cols, n, NULL), 0);
+        kernels_isa prod_isa = kernels_isa_supported(KERNELS_ISA_AVX512VNNI) ? KERNELS_ISA_AVX512VNNI
+                             : kernels_isa_supported(KERNELS_ISA_AVX2) ? KERNELS_ISA_AVX2
+                                                                       : KERNELS_ISA_SCALAR;
+        use_isa(prod_isa);
+        assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m.w, a0, y0, NULL), 0);
+        for (size_t k = 1; k < N_ISAS; k++) {
+            if (!kernels_isa_supported(all_isas[k]))
+                continue;
+            use_isa(all_isas[k]);
+            assert_int_equal(kernels_act_quantize(a, x, cols, n, NULL), 0);
+            for (size_t v = 0; v < n; v++)
+                for (size_t j = 0; j < cols; j++) {
+                    float f0 = kernels_act_value(a0, v, j), f1 = kernels_act_value(a, v, j);
+                    if (memcmp(&f0, &f1, sizeof f0) != 0)
+                        fail_msg("act %s cols=%zu v=%zu j=%zu: %.9g vs %.9g",
+                                 kernels_isa_name(all_isas[k]), cols, v, j, (double)f1, (double)f0);
+                }
+            use_isa(prod_isa);
+            assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m.w, a, y, NULL), 0);
+            assert_memory_equal(y, y0, n * rows * sizeof *y);
+        }
+        kernels_init();
+        free(m.mem);
+        free(x);
+        free(y0);
+        free(y);
+        kernels_act_free(a0);
+        kernels_act_free(a);
+    }
+}
+
 static void test_expert_view(void **state)
 {
     (void)state;
@@ -897,6 +996,8 @@ int main(void)
         cmocka_unit_test(test_edges_zero_scale_and_zero_input),
         cmocka_unit_test(test_bad_shapes_and_isa),
         cmocka_unit_test(test_situ),
+        cmocka_unit_test(test_situ_isas_bitexact),
+        cmocka_unit_test(test_act_quantize_isas_bitexact),
         cmocka_unit_test(test_expert_view),
         cmocka_unit_test(test_expert_apply),
         cmocka_unit_test(test_pool),
