@@ -40,8 +40,12 @@ async function main() {
         assert.strictEqual(g.last_reused_tokens, cached);
         assert.strictEqual(g.last_reused_tokens + g.last_computed_tokens, p);
         if (turn > 0) {
-            assert.strictEqual(cached, prev, `turn ${turn + 1} should continue from turn ${turn}'s prompt`);
-            assert.strictEqual(g.last_computed_tokens, p - prev);
+            // at least the previous prompt; more when the start of the
+            // previous reply re-tokenizes to the ids that were generated
+            // (their state is saved too), at most its max_tokens
+            assert(cached >= prev && cached <= prev + 6,
+                   `turn ${turn + 1} should continue from turn ${turn}'s prompt (${cached} vs ${prev})`);
+            assert.strictEqual(g.last_computed_tokens, p - cached);
             assert(g.last_computed_tokens < p / 2, "most of the prompt must be reused");
         }
         history.push({ role: "assistant", content: r.choices[0].message.content });
