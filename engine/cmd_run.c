@@ -349,6 +349,10 @@ static void print_recall(const engine_session *s, const engine_model *m,
             " in before their layer asked); RAM tier %" PRIu64 " experts resident (%.1f MiB, "
             "quota %" PRIu64 " per layer)\n", es->prefetch_sent, es->prefetch_used,
             es->prefetch_early, es->ram_resident, (double)es->ram_bytes / 1048576.0, es->ram_quota);
+    if (es->read_bytes)
+        fprintf(stderr, "stats: reads: %.1f MiB (%.1f MiB as guesses), some read running for "
+                "%.1f ms\n", (double)es->read_bytes / 1048576.0,
+                (double)es->read_guess_bytes / 1048576.0, (double)es->read_busy_ns / 1e6);
     fprintf(stderr, "stats: recall per MoE layer (lookahead / previous token; sent):");
     for (int64_t l = 0; l < m->cfg.n_layers; l++) {
         engine_layer_recall r;

@@ -62,6 +62,10 @@ typedef struct expert_source_stats {
     uint64_t ram_resident;               /* experts held in the RAM tier now */
     uint64_t ram_bytes;                  /* their bytes */
     uint64_t ram_quota;                  /* experts per MoE layer the tier may hold */
+    /* sources that read with their own threads (0 otherwise) */
+    uint64_t read_bytes;                 /* read for demand and guesses */
+    uint64_t read_guess_bytes;           /* ... of them read as a guess */
+    uint64_t read_busy_ns;               /* time at least one read was running */
 } expert_source_stats;
 
 typedef struct expert_source expert_source;

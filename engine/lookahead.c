@@ -39,9 +39,10 @@ int lookahead_alloc(engine_session *s)
     la->sc = calloc(n * ne + 1, sizeof *la->sc);
     la->ids = calloc(n * ne + 1, sizeof *la->ids);
     la->w = calloc(ne + 1, sizeof *la->w);
-    s->scratch_bytes += 2 * nl * ne + (n * d + n * ne + ne) * sizeof(float) + n * ne * 4;
+    la->conf = calloc(ne + 1, sizeof *la->conf);
+    s->scratch_bytes += 2 * nl * ne + (n * d + n * ne + 2 * ne) * sizeof(float) + n * ne * 4;
     return la->rec && la->look && la->prev && la->has_look && la->has_prev && la->x && la->sc &&
-           la->ids && la->w ? 0 : SHOAL_ENOMEM;
+           la->ids && la->w && la->conf ? 0 : SHOAL_ENOMEM;
 }
 
 void lookahead_free(engine_session *s)
@@ -56,6 +57,7 @@ void lookahead_free(engine_session *s)
     free(la->sc);
     free(la->ids);
     free(la->w);
+    free(la->conf);
 }
 
 void lookahead_observe(engine_session *s, int layer, const int32_t *uniq, size_t nu)
@@ -102,14 +104,25 @@ static int next_moe(const engine_session *s, int layer, int *wrapped)
     return -1;
 }
 
-/* Send the guess `mask` for layer l2 as a prefetch. */
-static int send_guess(engine_session *s, int l2, const uint8_t *mask, shoal_err *err)
+/* Send the guess `mask` for layer l2 as a prefetch, most likely expert
+ * first (conf: higher is likelier; NULL: id order): the source reads
+ * guesses in that order and only as many as fit the disk's idle gap, so
+ * the order decides which guesses are read. */
+static int send_guess(engine_session *s, int l2, const uint8_t *mask, const float *conf,
+                      shoal_err *err)
 {
     lookahead *la = &s->la;
     size_t ne = (size_t)s->m->cfg.n_experts, nids = 0;
     for (size_t e = 0; e < ne; e++)
         if (mask[e])
             la->ids[nids++] = (int32_t)e;
+    for (size_t i = 1; conf && i < nids; i++) {     /* insertion sort: k ids */
+        int32_t v = la->ids[i];
+        size_t j = i;
+        for (; j > 0 && conf[la->ids[j - 1]] < conf[v]; j--)
+            la->ids[j] = la->ids[j - 1];
+        la->ids[j] = v;
+    }
     la->rec[l2].prefetches += nids;
     return expert_source_request(s->opt.src, l2, la->ids, nids, 1, err);
 }
@@ -148,7 +161,7 @@ int lookahead_issue(engine_session *s, int layer, const float *x, size_t n, shoa
         if (s->opt.no_prefetch || !la->has_prev[l2] || (r->prev_total >= NWARM && rp < la->cutoff))
             return 0;
         la->rec[l2].predictor = 2;
-        return send_guess(s, l2, la->prev + (size_t)l2 * ne, err);
+        return send_guess(s, l2, la->prev + (size_t)l2 * ne, NULL, err);
     }
     w2 = &s->m->layers[l2];
     for (size_t t = 0; t < n; t++)
@@ -160,6 +173,7 @@ int lookahead_issue(engine_session *s, int layer, const float *x, size_t n, shoa
         return rc;
     look = la->look + (size_t)l2 * ne;
     memset(look, 0, ne);
+    memset(la->conf, 0, ne * sizeof *la->conf);
     for (size_t t = 0; t < n; t++) {
         float *sc = la->sc + t * ne;
         int32_t top[64];
@@ -167,13 +181,19 @@ int lookahead_issue(engine_session *s, int layer, const float *x, size_t n, shoa
         for (size_t e = 0; e < ne; e++)
             sc[e] = engine_sigmoid(sc[e]);
         engine_route_topk(sc, w2->moe.bias, ne, kk, c->renormalize, c->routed_scaling, top, la->w);
-        for (size_t j = 0; j < kk; j++)
+        for (size_t j = 0; j < kk; j++) {
             look[top[j]] = 1;
+            la->conf[top[j]] += (float)(kk - j);   /* router rank, summed over tokens */
+        }
     }
+    if (la->has_prev[l2])                     /* both predictors agree: likelier still */
+        for (size_t e = 0; e < ne; e++)
+            la->conf[e] += la->prev[(size_t)l2 * ne + e] ? (float)k : 0.0f;
     la->has_look[l2] = 1;
     pick = choose(la, l2);
     la->rec[l2].predictor = pick;
     if (pick == 0 || s->opt.no_prefetch)
         return 0;
-    return send_guess(s, l2, pick == 1 ? look : la->prev + (size_t)l2 * ne, err);
+    return send_guess(s, l2, pick == 1 ? look : la->prev + (size_t)l2 * ne,
+                      pick == 1 ? la->conf : NULL, err);
 }

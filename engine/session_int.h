@@ -48,6 +48,7 @@ typedef struct lookahead {
     uint8_t *has_look, *has_prev;
     float *x, *sc, *w;          /* [n][D], [n][E], [E] scratch */
     int32_t *ids;               /* [n·E] */
+    float *conf;                /* [E] how likely each guess is (the send order) */
     double cutoff;
 } lookahead;
 
