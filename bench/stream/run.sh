@@ -8,14 +8,17 @@
 #      bytes + compute per token)                         (target <= 1.15)
 #   2. warm disk, page cache dropped (posix_fadvise DONTNEED on every cache
 #      file): seconds per token vs max(compute, disk expert bytes per token /
-#      the cold read rate of the same blobs, 8 threads)   (target <= 1.2),
+#      the cold read rate of the same blobs, 8 threads, the mean of reads
+#      just before and just after the run)                (target <= 1.2),
 #      for each page-cache policy (keep, dontneed, direct), with the expert
 #      bytes each leaves in the page cache
 #   3. chunked prefill of a 64-token prompt vs token at a time (target >= 3)
 #   4. lookahead: recall per MoE layer (vs the previous-token predictor)
 #      and the share of expert waiting it removes (prefetch on vs off)
 #   5. the RAM tier (--expert-ram 1G) vs none, page cache dropped
-# BENCH_STREAM_TOKENS (default 4) sets the generated tokens per run.
+# BENCH_STREAM_TOKENS (default 4) sets the generated tokens per run;
+# BENCH_STREAM_REPS (default 3) the interleaved rounds of the warm and
+# prefill runs (the figure is the run with the median ratio).
 set -eu
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-bin}

@@ -193,26 +193,41 @@ subprocess.run(["curl", "-sS", "-f", "-X", "POST", HUB + "/_mock/faults?clear=1"
 
 # ---- 2. warm disk, page cache dropped: per policy ---------------------------------------
 blobs = expert_blobs(home, EXPERT_BYTES)
-disk_rate = cold_read_rate(blobs)
-print("warm: %d expert blobs in the cache; cold read rate %.0f MB/s (8 threads)" %
-      (len(blobs), disk_rate / 1e6))
+REPS = int(os.environ.get("BENCH_STREAM_REPS", "3"))
+print("warm: %d expert blobs in the cache; %d rounds, each policy once per round" %
+      (len(blobs), REPS))
+# The disk's rate drifts by tens of percent within a minute on a shared
+# machine: each run's bound uses the mean of the rates read just before and
+# just after it, the policies take turns within a round, and the figure is
+# the run with the median ratio.
+runs = {p: [] for p in ("keep", "dontneed", "direct")}
+for rnd in range(REPS):
+    for policy in runs:
+        rate_before = cold_read_rate(blobs)
+        drop_page_cache(home)
+        st = engine(home, "--expert-ram", "0", "--page-cache", policy)
+        st["left_cached"] = cached_bytes(blobs)
+        rate_after = cold_read_rate(blobs)
+        disk_rate = (rate_before + rate_after) / 2
+        st["disk_bytes"] = (st["disk"] + st["network"]) * EXPERT_BYTES
+        # the bound: every expert read from disk at the measured rate, or compute
+        st["bound_s"] = max(st["compute_s"], st["disk_bytes"] / disk_rate)
+        st["ratio"] = st["total_s"] / st["bound_s"]
+        print("warm %-8s round %d: %.2f s for %d tokens (compute %.2f, waiting %.2f); %d experts "
+              "read; read rate %.0f/%.0f MB/s before/after; ratio %.3f" %
+              (policy, rnd + 1, st["total_s"], NTOK, st["compute_s"], st["wait_s"], st["disk"],
+               rate_before / 1e6, rate_after / 1e6, st["ratio"]), flush=True)
+        runs[policy].append(st)
 warm = {}
-for policy in ("keep", "dontneed", "direct"):
-    drop_page_cache(home)
-    st = engine(home, "--expert-ram", "0", "--page-cache", policy)
-    st["left_cached"] = cached_bytes(blobs)
+for policy, sts in runs.items():
+    st = sorted(sts, key=lambda x: x["ratio"])[len(sts) // 2]
     warm[policy] = st
-    disk_bytes = (st["disk"] + st["network"]) * EXPERT_BYTES
-    # the bound: every expert read from disk at the measured rate, or compute
-    wbound = max(st["compute_s"], disk_bytes / disk_rate)
-    print("warm %-8s: %.2f s for %d tokens (compute %.2f, waiting %.2f); %d experts read; "
-          "%.0f MB of expert blobs left in the page cache" %
-          (policy, st["total_s"], NTOK, st["compute_s"], st["wait_s"], st["disk"],
-           st["left_cached"] / 1e6))
+    print("warm %-8s: median run %.2f s; %.0f MB of expert blobs left in the page cache" %
+          (policy, st["total_s"], st["left_cached"] / 1e6))
     record("stream_warm_%s_s_per_token" % policy, st["total_s"] / NTOK, "s",
-           "max(compute, disk bytes/token / cold read rate)", wbound / NTOK, "lower", 1.2)
+           "max(compute, disk bytes/token / cold read rate)", st["bound_s"] / NTOK, "lower", 1.2)
     record("stream_warm_%s_page_cache_mb" % policy, st["left_cached"] / 1e6, "MB",
-           "expert bytes read", disk_bytes / 1e6, "lower")
+           "expert bytes read", st["disk_bytes"] / 1e6, "lower")
 
 # ---- 4. lookahead: prefetch on vs off, page cache dropped -------------------------------
 drop_page_cache(home)
@@ -244,9 +259,14 @@ def prefill(chunk):
     return json.loads(p.stdout.decode().strip().splitlines()[-1])["timings"]["prefill_ms"] / 1e3
 
 
-one = prefill(1)
-chunked = prefill(64)
-record("stream_prefill64_speedup", one / chunked, "x", "token at a time (= 1x)", 1.0, "higher", 3.0)
-print("prefill of 64 tokens: %.2f s token at a time, %.2f s in one chunk" % (one, chunked))
+pairs = []
+for _ in range(REPS):             # interleaved, the median pair (see the warm runs)
+    one = prefill(1)
+    chunked = prefill(64)
+    pairs.append((one / chunked, one, chunked))
+    print("prefill of 64 tokens: %.2f s token at a time, %.2f s in one chunk (%.2fx)" %
+          (one, chunked, one / chunked), flush=True)
+speedup, one, chunked = sorted(pairs)[len(pairs) // 2]
+record("stream_prefill64_speedup", speedup, "x", "token at a time (= 1x)", 1.0, "higher", 3.0)
 
 d.stop()
