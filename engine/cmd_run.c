@@ -87,7 +87,7 @@ static void usage(FILE *f)
           "  --expert-ram SIZE   hf://: experts kept in RAM, e.g. 8G, 0 for none\n"
           "                      (default: half of MemAvailable after the spine)\n"
           "  --page-cache keep|dontneed|direct   hf://: how expert reads treat the page\n"
-          "                      cache (default: dontneed when the experts do not fit\n"
+          "                      cache (default: direct when the experts do not fit\n"
           "                      --expert-ram, else keep; docs/performance.md)\n"
           "  --prefetch on|score|off   hf://: router lookahead prefetches (default on;\n"
           "                      score measures recall without sending)\n"
