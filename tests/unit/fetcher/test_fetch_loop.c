@@ -20,6 +20,7 @@
 
 #include "common/sys.h"
 #include "fetcher/fetch.h"
+#include "tests/lib/testhub.h"
 
 #define MAX_FD 4096
 
@@ -85,59 +86,22 @@ static void ev_timer(void *loop, long ms)
 
 static const fetch_loop_ops ev_ops = { ev_watch, ev_timer };
 
-static char g_dir[256];
-static pid_t g_hub = -1;
-static char g_endpoint[128];
-
-static const char *bin_dir(void)
-{
-    const char *b = getenv("BIN");
-    return b && b[0] ? b : "bin";
-}
+static test_hub g_th;
+#define g_dir (g_th.dir)
+#define g_endpoint (g_th.endpoint)
 
 static int setup(void **state)
 {
-    char cmd[1024], line[512];
-    int pfd[2];
-    FILE *f;
+    static const char *const args[] = { "--rate-429", "0.1", "--retry-after", "0", "--rate-reset",
+                                 "0.1", "--cdn-ttl", "1", "--seed", "11", NULL };
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/shoal-fetchloop.XXXXXX");
-    if (!mkdtemp(g_dir))
-        return -1;
-    snprintf(cmd, sizeof cmd, "%s/mkmodel --quiet --out %s/model", bin_dir(), g_dir);
-    if (system(cmd) != 0)
-        return -1;
-    if (pipe(pfd) != 0)
-        return -1;
-    g_hub = fork();
-    if (g_hub == 0) {
-        char exe[512], repo[512];
-        dup2(pfd[1], 1);
-        close(pfd[0]);
-        snprintf(exe, sizeof exe, "%s/hubmock", bin_dir());
-        snprintf(repo, sizeof repo, "org/m=%s/model", g_dir);
-        execl(exe, exe, "--repo", repo, "--rate-429", "0.1", "--retry-after", "0", "--rate-reset",
-              "0.1", "--cdn-ttl", "1", "--seed", "11", (char *)NULL);
-        _exit(127);
-    }
-    close(pfd[1]);
-    f = fdopen(pfd[0], "r");
-    if (!f || !fgets(line, sizeof line, f) || sscanf(line, "hub %127s", g_endpoint) != 1)
-        return -1;
-    fclose(f);
-    return 0;
+    return test_hub_start(&g_th, "fetchloop", args);
 }
 
 static int teardown(void **state)
 {
-    char cmd[512];
     (void)state;
-    if (g_hub > 0) {
-        kill(g_hub, SIGTERM);
-        waitpid(g_hub, NULL, 0);
-    }
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_hub_stop(&g_th);
 }
 
 static int same_bytes(cache *c, const manifest *m, const fetch_item *it)
