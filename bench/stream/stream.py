@@ -224,8 +224,12 @@ for policy, sts in runs.items():
     warm[policy] = st
     print("warm %-8s: median run %.2f s; %.0f MB of expert blobs left in the page cache" %
           (policy, st["total_s"], st["left_cached"] / 1e6))
+    # The target applies to the engine as it runs by default: `keep` when
+    # the experts fit the RAM tier, `direct` when they do not (this run's
+    # --expert-ram 0).  `dontneed` is an option, measured beside them.
     record("stream_warm_%s_s_per_token" % policy, st["total_s"] / NTOK, "s",
-           "max(compute, disk bytes/token / cold read rate)", st["bound_s"] / NTOK, "lower", 1.2)
+           "max(compute, disk bytes/token / cold read rate)", st["bound_s"] / NTOK, "lower",
+           None if policy == "dontneed" else 1.2)
     record("stream_warm_%s_page_cache_mb" % policy, st["left_cached"] / 1e6, "MB",
            "expert bytes read", st["disk_bytes"] / 1e6, "lower")
 
