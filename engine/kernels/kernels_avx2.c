@@ -1,13 +1,14 @@
 /* kernels_avx2.c — AVX2 + FMA row kernels (compiled with -mavx2 -mfma
  * -mf16c; called only when the CPU has them).
  *
- * Fast MXFP4, a group of 4 blocks (64 packed bytes) per step: the low
+ * Fast MXFP4, a group of 4 blocks (64 packed bytes) at a time: the low
  * nibbles of 32 packed bytes line up with 32 contiguous activations
  * (kernels_int.h invariant 1), a byte shuffle looks up the doubled e2m1
  * values plus KERNELS_VNNI_BIAS (unsigned, as maddubs wants), maddubs and
- * madd give the int32 lanes and adding the quantizer's bias terms makes
- * them exactly the lane sums of invariant 2; one FMA per 8 lanes folds
- * them into the accumulators of invariant 3.  Software prefetch
+ * madd give int32 lanes and adding the quantizer's bias terms makes each
+ * block's four lanes add up to exactly its sum S (invariant 2); two rounds
+ * of hadd give the sums of 8 blocks and one FMA per 8 blocks folds them
+ * into the 16 accumulators A[b % 16] of invariant 3.  Software prefetch
  * runs KERNELS_PREFETCH bytes ahead on the packed bytes and the scales; the
  * rows of a thread are contiguous, so it runs on into the next row.
  */
@@ -15,108 +16,121 @@
 
 #include "engine/kernels/kernels_avx2_int.h"
 
-/* Lanes of biased weights times activations, bias removed, as floats. */
-static inline __m256 lanes_fast(__m256i wb, const int8_t *q, const int32_t *bias)
+/* Biased weights times activations plus the quantizer's bias terms: the
+ * int32 lanes of invariant 2's int8 form (4 per block half), exact. */
+static inline __attribute__((always_inline)) __m256i lanes_int(__m256i wb, const int8_t *q, const int32_t *bias)
 {
     __m256i p16 = _mm256_maddubs_epi16(wb, _mm256_loadu_si256((const __m256i *)q));
     __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-    return _mm256_cvtepi32_ps(_mm256_add_epi32(p32, _mm256_loadu_si256((const __m256i *)bias)));
+    return _mm256_add_epi32(p32, _mm256_loadu_si256((const __m256i *)bias));
+}
+
+/* The biased weights of group g: [even 0,1 | even 2,3 | odd 0,1 | odd 2,3]
+ * (32 bytes each), decoded from the packed bytes, or from a decoded row. */
+static inline __attribute__((always_inline)) void group_weights(const uint8_t *p, const uint8_t *wbuf, size_t g, __m256i w[4])
+{
+    if (wbuf) {
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            w[i] = _mm256_loadu_si256((const __m256i *)(wbuf + g * 128 + 32 * i));
+        return;
+    }
+    const __m256i tab = _mm256_broadcastsi128_si256(tab_biased128());
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i v01 = _mm256_loadu_si256((const __m256i *)(p + g * 64));
+    __m256i v23 = _mm256_loadu_si256((const __m256i *)(p + g * 64 + 32));
+    w[0] = _mm256_shuffle_epi8(tab, _mm256_and_si256(v01, m4));
+    w[1] = _mm256_shuffle_epi8(tab, _mm256_and_si256(v23, m4));
+    w[2] = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v01, 4), m4));
+    w[3] = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v23, 4), m4));
+}
+
+/* Block sums of groups g, g+1 (blocks 8 in block order), exact. */
+static inline __attribute__((always_inline)) __m256i sums8(const uint8_t *p, const uint8_t *wbuf, size_t g, const int8_t *q,
+                            const int32_t *bias)
+{
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256i h[2];
+#pragma GCC unroll 2
+    for (int j = 0; j < 2; j++) {
+        __m256i w[4];
+        const int8_t *Q = q + (g + (size_t)j) * 128;
+        const int32_t *B = bias + (g + (size_t)j) * 32;
+        group_weights(p, wbuf, g + (size_t)j, w);
+        /* 128-bit quarter k: block k's four partial sums (even + odd) */
+        __m256i x01 = _mm256_add_epi32(lanes_int(w[0], Q, B), lanes_int(w[2], Q + 64, B + 16));
+        __m256i x23 = _mm256_add_epi32(lanes_int(w[1], Q + 32, B + 8), lanes_int(w[3], Q + 96, B + 24));
+        h[j] = _mm256_hadd_epi32(x01, x23);
+    }
+    /* lane 0..3: blocks 0, 2, 4, 6; lanes 4..7: blocks 1, 3, 5, 7 */
+    return _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(h[0], h[1]), order);
+}
+
+/* (s * 0.5) * d for blocks b..b+7. */
+static inline __attribute__((always_inline)) __m256 scales8(const uint8_t *s, const float *d)
+{
+    __m256i e = _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)s)), 23);
+    return _mm256_mul_ps(_mm256_mul_ps(_mm256_castsi256_ps(e), _mm256_set1_ps(0.5f)),
+                         _mm256_loadu_ps(d));
+}
+
+/* One row times one vector (invariants 2-4, MXFP4): 16 blocks per step,
+ * their sums by maddubs/madd and two rounds of hadd, folded into A[0..7]
+ * (lo) and A[8..15] (hi).  wbuf: the row already decoded (batches), or
+ * NULL. */
+static inline __attribute__((always_inline)) float
+row_fast_t(const uint8_t *p, const uint8_t *wbuf, const uint8_t *s, size_t nb,
+           const int8_t *q, const float *d, const int32_t *bias)
+{
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    size_t b = 0;
+
+    for (; b + 16 <= nb; b += 16) {
+        if (!wbuf) {
+            for (int k = 0; k < 256; k += 64)
+                _mm_prefetch((const char *)p + b * 16 + KERNELS_PREFETCH + k, _MM_HINT_T0);
+            _mm_prefetch((const char *)s + b + KERNELS_PREFETCH / 16, _MM_HINT_T0);
+        }
+        __m256i s0 = sums8(p, wbuf, b / 4, q, bias), s1 = sums8(p, wbuf, b / 4 + 2, q, bias);
+        lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), scales8(s + b, d + b), lo);
+        hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), scales8(s + b + 8, d + b + 8), hi);
+    }
+    float A[16];
+    _mm256_storeu_ps(A, lo);
+    _mm256_storeu_ps(A + 8, hi);
+    kernels_fast_blocks(A, p, s, q, d, b, nb);
+    return kernels_reduce16(A);
 }
 
 static float row_fast(const uint8_t *p, const uint8_t *s, size_t nb,
                       const int8_t *q, const float *d, const int32_t *bias)
 {
-    const __m256i tab = _mm256_broadcastsi128_si256(tab_biased128());
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i i01 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-    const __m256i i23 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
-    __m256 e01 = _mm256_setzero_ps(), o01 = _mm256_setzero_ps();
-    __m256 e23 = _mm256_setzero_ps(), o23 = _mm256_setzero_ps();
-    size_t b = 0;
-
-    for (; b + 4 <= nb; b += 4) {
-        const int8_t *Q = q + b * 32;
-        const int32_t *B = bias + b * 8;
-        _mm_prefetch((const char *)p + b * 16 + KERNELS_PREFETCH, _MM_HINT_T0);
-        _mm_prefetch((const char *)s + b + KERNELS_PREFETCH / 16, _MM_HINT_T0);
-        __m256 c4 = _mm256_castps128_ps256(scales4(s + b, d + b));
-        __m256 c01 = _mm256_permutevar8x32_ps(c4, i01), c23 = _mm256_permutevar8x32_ps(c4, i23);
-        __m256i v01 = _mm256_loadu_si256((const __m256i *)(p + b * 16));
-        __m256i v23 = _mm256_loadu_si256((const __m256i *)(p + b * 16 + 32));
-        __m256i wl01 = _mm256_shuffle_epi8(tab, _mm256_and_si256(v01, m4));
-        __m256i wh01 = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v01, 4), m4));
-        __m256i wl23 = _mm256_shuffle_epi8(tab, _mm256_and_si256(v23, m4));
-        __m256i wh23 = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v23, 4), m4));
-        e01 = _mm256_fmadd_ps(lanes_fast(wl01, Q, B), c01, e01);
-        e23 = _mm256_fmadd_ps(lanes_fast(wl23, Q + 32, B + 8), c23, e23);
-        o01 = _mm256_fmadd_ps(lanes_fast(wh01, Q + 64, B + 16), c01, o01);
-        o23 = _mm256_fmadd_ps(lanes_fast(wh23, Q + 96, B + 24), c23, o23);
-    }
-    if (b < nb) {
-        float A[32];
-        spill_groups(A, e01, o01, e23, o23);
-        kernels_fast_blocks(A, p, s, q, d, b, nb);
-        return kernels_reduce32(A);
-    }
-    return reduce_groups(e01, o01, e23, o23);
+    return row_fast_t(p, NULL, s, nb, q, d, bias);
 }
 
-/* Batches: decode the row's full groups once (biased weights in the
- * activation layout, and scale * 0.5 per block) and reuse them for every
- * vector.  Same integers, same float order as row_fast. */
-static void decode_row(const uint8_t *p, const uint8_t *s, size_t ng, uint8_t *wbuf, float *sh)
+static float row_decoded(const uint8_t *p, const uint8_t *wbuf, const uint8_t *s, size_t nb,
+                         const int8_t *q, const float *d, const int32_t *bias)
 {
-    const __m256i tab = _mm256_broadcastsi128_si256(tab_biased128());
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    for (size_t g = 0; g < ng; g++) {
-        for (int h = 0; h < 2; h++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(p + g * 64 + 32 * h));
-            _mm256_storeu_si256((__m256i *)(wbuf + g * 128 + 32 * h),
-                                _mm256_shuffle_epi8(tab, _mm256_and_si256(v, m4)));
-            _mm256_storeu_si256((__m256i *)(wbuf + g * 128 + 64 + 32 * h),
-                                _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)));
-        }
-        for (int k = 0; k < 4; k++)
-            sh[4 * g + k] = kernels_ue8m0(s[4 * g + k]) * 0.5f;
-    }
+    return row_fast_t(p, wbuf, s, nb, q, d, bias);
 }
 
-static float row_decoded(const uint8_t *wbuf, const float *sh, size_t ng, const uint8_t *p,
-                         const uint8_t *s, size_t nb, const int8_t *q, const float *d,
-                         const int32_t *bias)
+/* Batches: decode the row's full 16-block steps once (biased weights in
+ * the activation layout) and reuse them for every vector.  Same integers,
+ * same float order as a single call. */
+static void decode_row(const uint8_t *p, size_t ng, uint8_t *wbuf)
 {
-    const __m256i i01 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-    const __m256i i23 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
-    __m256 e01 = _mm256_setzero_ps(), o01 = _mm256_setzero_ps();
-    __m256 e23 = _mm256_setzero_ps(), o23 = _mm256_setzero_ps();
-
     for (size_t g = 0; g < ng; g++) {
-        const uint8_t *W = wbuf + g * 128;
-        const int8_t *Q = q + g * 128;
-        const int32_t *B = bias + g * 32;
-        __m256 c4 = _mm256_castps128_ps256(_mm_mul_ps(_mm_loadu_ps(sh + 4 * g), _mm_loadu_ps(d + 4 * g)));
-        __m256 c01 = _mm256_permutevar8x32_ps(c4, i01), c23 = _mm256_permutevar8x32_ps(c4, i23);
-        e01 = _mm256_fmadd_ps(lanes_fast(_mm256_loadu_si256((const __m256i *)W), Q, B), c01, e01);
-        e23 = _mm256_fmadd_ps(lanes_fast(_mm256_loadu_si256((const __m256i *)(W + 32)), Q + 32, B + 8),
-                              c23, e23);
-        o01 = _mm256_fmadd_ps(lanes_fast(_mm256_loadu_si256((const __m256i *)(W + 64)), Q + 64, B + 16),
-                              c01, o01);
-        o23 = _mm256_fmadd_ps(lanes_fast(_mm256_loadu_si256((const __m256i *)(W + 96)), Q + 96, B + 24),
-                              c23, o23);
+        __m256i w[4];
+        group_weights(p, NULL, g, w);
+        for (int i = 0; i < 4; i++)
+            _mm256_storeu_si256((__m256i *)(wbuf + g * 128 + 32 * i), w[i]);
     }
-    if (4 * ng < nb) {
-        float A[32];
-        spill_groups(A, e01, o01, e23, o23);
-        kernels_fast_blocks(A, p, s, q, d, 4 * ng, nb);
-        return kernels_reduce32(A);
-    }
-    return reduce_groups(e01, o01, e23, o23);
 }
 
 static void avx2_mxfp4_fast(const kernels_mxfp4 *w, size_t r0, size_t r1,
                             const kernels_act *a, float *y, size_t ldy)
 {
-    size_t nb = w->cols / KERNELS_BLOCK, ng = nb / 4;
+    size_t nb = w->cols / KERNELS_BLOCK;
 
     if (a->n == 1 || w->cols > KERNELS_ROWBUF) {
         for (size_t r = r0; r < r1; r++)
@@ -126,13 +140,12 @@ static void avx2_mxfp4_fast(const kernels_mxfp4 *w, size_t r0, size_t r1,
         return;
     }
     uint8_t wbuf[KERNELS_ROWBUF];
-    float sh[KERNELS_ROWBUF / KERNELS_BLOCK];
     for (size_t r = r0; r < r1; r++) {
         const uint8_t *p = w->packed + r * nb * 16, *s = w->scale + r * nb;
-        decode_row(p, s, ng, wbuf, sh);
+        decode_row(p, nb / 16 * 4, wbuf);
         for (size_t v = 0; v < a->n; v++)
-            y[v * ldy + r] = row_decoded(wbuf, sh, ng, p, s, nb, a->q + v * nb * 32,
-                                         a->d + v * nb, a->bias + v * nb * 8);
+            y[v * ldy + r] = row_decoded(p, wbuf, s, nb, a->q + v * nb * 32, a->d + v * nb,
+                                         a->bias + v * nb * 8);
     }
 }
 

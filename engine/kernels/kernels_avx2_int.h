@@ -39,7 +39,7 @@ static inline float reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
     return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
 }
 
-/* The fast kernels keep a group's accumulators as
+/* The int8 kernels keep a group's accumulators as
  *   e01 = [A0[0..3] | A1[0..3]]   o01 = [A0[4..7] | A1[4..7]]
  *   e23 = [A2[0..3] | A3[0..3]]   o23 = [A2[4..7] | A3[4..7]]
  * (even halves in e, odd halves in o: invariant 1's group layout). */
@@ -67,15 +67,6 @@ static inline void spill_groups(float *A, __m256 e01, __m256 o01, __m256 e23, __
     _mm_storeu_ps(A + 24, _mm256_extractf128_ps(e23, 1));
     _mm_storeu_ps(A + 20, _mm256_castps256_ps128(o23));
     _mm_storeu_ps(A + 28, _mm256_extractf128_ps(o23, 1));
-}
-
-/* Four combined scales (s * 0.5) * d for blocks b..b+3. */
-static inline __m128 scales4(const uint8_t *s, const float *d)
-{
-    uint32_t s4;
-    memcpy(&s4, s, 4);
-    __m128i e = _mm_slli_epi32(_mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)s4)), 23);
-    return _mm_mul_ps(_mm_mul_ps(_mm_castsi128_ps(e), _mm_set1_ps(0.5f)), _mm_loadu_ps(d));
 }
 
 /* The AVX2 exact and f32 row kernels, reused by the AVX-512 table. */

@@ -1,17 +1,20 @@
 /* kernels_avx512.c — AVX-512 VNNI row kernels (compiled with AVX-512
  * F/BW/VL/VNNI flags; called only when the CPU has them).
  *
- * Fast MXFP4, a group of four blocks (64 packed bytes) per step: the low
- * nibbles of the 64 bytes line up with 64 contiguous activations and the
- * high nibbles with the next 64 (kernels_int.h invariant 1), a byte shuffle
- * looks up the doubled e2m1 values plus KERNELS_VNNI_BIAS (dpbusd multiplies
- * unsigned by signed bytes), and dpbusd starts each lane at -BIAS times the
- * sum of its four activations (precomputed by the quantizer), so the int32
- * lanes are exactly the lane sums of invariant 2.  The accumulators hold
- * [A0|A1|A2|A3] lanes 0..3 (even halves) and 4..7 (odd halves), which is
- * the AVX2 group layout twice, so the tail and the reduction reuse the AVX2
- * helpers and the float order of the scalar reference.  Exact MXFP4 and
- * f32 reuse the AVX2 kernels (memory-bound).
+ * Fast MXFP4, matrix-vector, a group of four blocks (64 packed bytes) per
+ * step: the low nibbles of the 64 bytes line up with 64 contiguous
+ * activations and the high nibbles with the next 64 (kernels_int.h
+ * invariant 1), a byte shuffle looks up the doubled e2m1 values plus
+ * KERNELS_VNNI_BIAS (dpbusd multiplies unsigned by signed bytes), and the
+ * dpbusd lanes start at -BIAS times the sum of their four activations
+ * (precomputed by the quantizer), so each block's four int32 lanes add up
+ * to exactly its sum S (invariant 2).  Four groups are reduced to 16 block
+ * sums by an integer shuffle tree and folded with one FMA into the 16
+ * accumulators A[b % 16] (invariant 3).  Batches put 16 rows in the lanes
+ * instead (mm_tile16).  int8 keeps the per-lane fold: [A0|A1|A2|A3] lanes
+ * 0..3 (even halves) and 4..7 (odd halves), the AVX2 group layout twice,
+ * so its tail and reduction reuse the AVX2 helpers.  Exact MXFP4 and f32
+ * reuse the AVX2 kernels (memory-bound).
  */
 #if defined(__x86_64__)
 
@@ -46,208 +49,179 @@ static inline float finish(__m512 accE, __m512 accO, size_t b, size_t nb,
     return reduce_groups(e01, o01, e23, o23);
 }
 
-struct fast_tail {
-    const uint8_t *p, *s;
-    const int8_t *q;
-    const float *d;
-    size_t b, nb;
-};
-
-static void fast_tail_fn(float *A, const void *ctx)
-{
-    const struct fast_tail *t = ctx;
-    kernels_fast_blocks(A, t->p, t->s, t->q, t->d, t->b, t->nb);
-}
-
+/* One row times one vector (invariants 2-4, MXFP4): per group of four
+ * blocks, two dpbusd leave each block's sum S in the four int32 lanes of
+ * its 128-bit quarter; four groups (16 blocks) are reduced to 16 block sums
+ * by an integer shuffle tree, put in block order and folded with one FMA
+ * into A[b % 16]. */
 static float row_fast(const uint8_t *p, const uint8_t *s, size_t nb,
                       const int8_t *q, const float *d, const int32_t *bias)
 {
     const __m512i tab = _mm512_broadcast_i32x4(tab_biased128());
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 accE = _mm512_setzero_ps(), accO = _mm512_setzero_ps();
+    /* after the tree, lane 4k + j holds block 4j + k */
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m512 half = _mm512_set1_ps(0.5f);
+    __m512 acc = _mm512_setzero_ps();
     size_t b = 0;
 
-    for (; b + 4 <= nb; b += 4) {
+    for (; b + 16 <= nb; b += 16) {
+        __m512i X[4];
         _mm_prefetch((const char *)p + b * 16 + KERNELS_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)p + b * 16 + KERNELS_PREFETCH + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)p + b * 16 + KERNELS_PREFETCH + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)p + b * 16 + KERNELS_PREFETCH + 192, _MM_HINT_T0);
         _mm_prefetch((const char *)s + b + KERNELS_PREFETCH / 16, _MM_HINT_T0);
-        __m512i v = _mm512_loadu_si512(p + b * 16);
-        __m512i wl = _mm512_shuffle_epi8(tab, _mm512_and_si512(v, m4));
-        __m512i wh = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
-        __m512i pe = _mm512_dpbusd_epi32(_mm512_loadu_si512(bias + b * 8), wl,
-                                         _mm512_loadu_si512(q + b * 32));
-        __m512i po = _mm512_dpbusd_epi32(_mm512_loadu_si512(bias + b * 8 + 16), wh,
-                                         _mm512_loadu_si512(q + b * 32 + 64));
-        __m512 c = spread4(scales4(s + b, d + b));
-        accE = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pe), c, accE);
-        accO = _mm512_fmadd_ps(_mm512_cvtepi32_ps(po), c, accO);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            size_t o = b + 4 * (size_t)j;
+            __m512i v = _mm512_loadu_si512(p + o * 16);
+            __m512i wl = _mm512_shuffle_epi8(tab, _mm512_and_si512(v, m4));
+            __m512i wh = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+            __m512i x = _mm512_dpbusd_epi32(_mm512_loadu_si512(bias + o * 8), wl,
+                                            _mm512_loadu_si512(q + o * 32));
+            x = _mm512_add_epi32(x, _mm512_loadu_si512(bias + o * 8 + 16));
+            X[j] = _mm512_dpbusd_epi32(x, wh, _mm512_loadu_si512(q + o * 32 + 64));
+        }
+        __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(X[0], X[1]), _mm512_unpackhi_epi32(X[0], X[1]));
+        __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(X[2], X[3]), _mm512_unpackhi_epi32(X[2], X[3]));
+        __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+        __m512i S = _mm512_permutexvar_epi32(order, u);
+        __m512i e = _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + b))), 23);
+        __m512 c = _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(e), half), _mm512_loadu_ps(d + b));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), c, acc);
     }
-    struct fast_tail t = { p, s, q, d, b, nb };
-    return finish(accE, accO, b, nb, fast_tail_fn, &t);
+    float A[16];
+    _mm512_storeu_ps(A, acc);
+    kernels_fast_blocks(A, p, s, q, d, b, nb);
+    return kernels_reduce16(A);
 }
 
-/* Batches (n > 1): a tile of MM_ROWS rows is decoded once (biased weights
- * in the activation layout, and (scale * 0.5) spread to the accumulator
- * layout, 16 floats per group) and kept in L1; then for every vector the
- * group loop loads the vector's activations, bias terms and block scales
- * once and runs them against all rows of the tile.  Per (row, vector) the
- * integers, the products c = (s * 0.5) * d and the FMA order are exactly
- * those of row_fast, so the result is bit-identical to n single calls.
- *
- * The loop is bound by the two FMA-class pipes (2 dpbusd, 2 FMA and the
- * multiply for c per row, vector and group).  s * 0.5 = 2^(s-128) is a
- * power of two, so when every product d * 2^(s-128) of the call is a
- * normal float the multiply is exact and equals adding the exponents: an
- * integer add on another pipe, same bits.  mm_pow2_ok checks that range
- * (from the extreme exponents of the tile's scales and of the vectors'
- * block scales); otherwise the tile multiplies. */
-#define MM_ROWS 4
+/* Batches (n > 1): 16 rows in the 16 lanes of a register.  For each block
+ * the tile's 16 rows x 16 packed bytes are transposed once into 8 registers
+ * (register l, lane r: row r's 4 biased weights at the block's layout
+ * positions 4l..4l+3) and the row scales into one; then for every vector
+ * 8 dpbusd against the vector's activation dwords, broadcast, give the 16
+ * rows' block sums S, and one FMA folds them into the accumulator
+ * A[b % 16] of each row (kept in memory per vector: 16 registers x
+ * MM_VECS vectors).  Same integers, same c = (s * 0.5) * d, same FMA
+ * order and reduction as row_fast: bit-identical to n single calls.  Per
+ * 16 rows and block that is 8 dpbusd and 1 FMA, where a per-row fold
+ * needed 8 and 8 (docs/kernels.md). */
+#define MM_ROWS 16
+#define MM_VECS 64
 
-/* Decode one row; returns the smallest and largest scale byte. */
-static void decode_row(const uint8_t *p, const uint8_t *s, size_t ng, uint8_t *wbuf, float *sh16,
-                       unsigned *smin, unsigned *smax)
+/* Four activation bytes, as the dword in every lane. */
+static inline __m512i bcast4(const int8_t *p)
 {
+    int32_t x;
+    memcpy(&x, p, 4);
+    return _mm512_set1_epi32(x);
+}
+
+/* Rows [r, r + 16) times vectors [v0, v1) of a (v1 - v0 <= MM_VECS). */
+static void mm_tile16(const kernels_mxfp4 *w, size_t r, const kernels_act *a, size_t v0, size_t v1,
+                      float *y, size_t ldy)
+{
+    _Alignas(64) float acc[MM_VECS][16][16];
+    const size_t nb = w->cols / KERNELS_BLOCK, rs = nb * 16;
     const __m512i tab = _mm512_broadcast_i32x4(tab_biased128());
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m128i mn = _mm_set1_epi8((char)0xFF), mx = _mm_setzero_si128();
-    for (size_t g = 0; g < ng; g++) {
-        __m512i v = _mm512_loadu_si512(p + g * 64);
-        _mm512_storeu_si512(wbuf + g * 128, _mm512_shuffle_epi8(tab, _mm512_and_si512(v, m4)));
-        _mm512_storeu_si512(wbuf + g * 128 + 64,
-                            _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)));
-        uint32_t s4;
-        memcpy(&s4, s + 4 * g, 4);
-        __m128i sb = _mm_cvtsi32_si128((int)s4);
-        /* the scale bytes' extremes: only the low 4 bytes count (the
-         * others are 0, so they are kept out of the minimum) */
-        mn = _mm_min_epu8(mn, _mm_shuffle_epi32(sb, 0));
-        mx = _mm_max_epu8(mx, sb);
-        __m128i e = _mm_slli_epi32(_mm_cvtepu8_epi32(sb), 23);
-        _mm512_storeu_ps(sh16 + 16 * g, spread4(_mm_mul_ps(_mm_castsi128_ps(e), _mm_set1_ps(0.5f))));
-    }
-    uint8_t lo[16], hi[16];
-    _mm_storeu_si128((__m128i *)lo, mn);
-    _mm_storeu_si128((__m128i *)hi, mx);
-    for (int k = 0; k < 4; k++) {
-        *smin = lo[k] < *smin ? lo[k] : *smin;
-        *smax = hi[k] > *smax ? hi[k] : *smax;
-    }
-}
+    const __m512i ia = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+    const __m512i ib = _mm512_add_epi32(ia, _mm512_set1_epi32(2));
+    const __m512 half = _mm512_set1_ps(0.5f);
+    const uint8_t *P = w->packed + r * rs, *Sc = w->scale + r * nb;
 
-/* Biased exponents (bits 23..30) of the block scales of all vectors' full
- * groups: smallest and largest.  d >= 0, so a zero or subnormal d shows as
- * exponent 0. */
-static void act_exp_range(const kernels_act *a, size_t nb, size_t ng, unsigned *emin, unsigned *emax)
-{
-    __m512i lo = _mm512_set1_epi32(255), hi = _mm512_setzero_si512();
-    const __mmask16 all = 0xFFFF;
-    for (size_t v = 0; v < a->n; v++) {
-        const float *d = a->d + v * nb;
-        for (size_t b = 0; b < 4 * ng; b += 16) {
-            __mmask16 m = 4 * ng - b >= 16 ? all : (__mmask16)((1u << (4 * ng - b)) - 1);
-            __m512i e = _mm512_srli_epi32(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, d + b)), 23);
-            lo = _mm512_mask_min_epu32(lo, m, lo, e);
-            hi = _mm512_mask_max_epu32(hi, m, hi, e);
+    memset(acc, 0, (v1 - v0) * sizeof acc[0]);
+    for (size_t b = 0; b < nb; b++) {
+        /* in[j]: rows 4j..4j+3, 16 packed bytes (4 dwords) each */
+        __m512i in[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const uint8_t *pj = P + 4 * (size_t)j * rs + b * 16;
+            __m512i t = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)pj));
+            t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(pj + rs)), 1);
+            t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(pj + 2 * rs)), 2);
+            in[j] = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(pj + 3 * rs)), 3);
         }
-    }
-    *emin = _mm512_reduce_min_epu32(lo);
-    *emax = _mm512_reduce_max_epu32(hi);
-}
-
-/* 1 if d * 2^(s-128) is a normal float for every d, s of these ranges
- * (s >= 2: s * 0.5 is then normal, its bits minus 1.0f's are the exponent
- * offset). */
-static int mm_pow2_ok(unsigned emin, unsigned emax, unsigned smin, unsigned smax)
-{
-    return emin >= 1 && smin >= 2 && smax <= 254 && emin + smin >= 129 && emax + smax <= 382;
-}
-
-/* Rows [r, r + R) of the tile (decoded at wbuf/sh16, row strides ng*128 and
- * ng*16) times every vector of a.  R and POW2 are constants after inlining,
- * so the accumulator arrays live in registers. */
-static inline __attribute__((always_inline)) void
-mm_tile(const kernels_mxfp4 *w, size_t r, const int R, const int POW2, const uint8_t *wbuf,
-        const float *sh16, const kernels_act *a, float *y, size_t ldy)
-{
-    size_t nb = w->cols / KERNELS_BLOCK, ng = nb / 4;
-    const size_t ws = ng * 128, ss = ng * 16;
-    const __m512i one = _mm512_set1_epi32(0x3F800000);
-
-    for (size_t v = 0; v < a->n; v++) {
-        const int8_t *q = a->q + v * nb * 32;
-        const int32_t *bias = a->bias + v * nb * 8;
-        const float *d = a->d + v * nb;
-        __m512 accE[MM_ROWS], accO[MM_ROWS];
+        /* dword l of rows 0-7 and l+1 of rows 0-7 (resp. rows 8-15) */
+        __m512i a0 = _mm512_permutex2var_epi32(in[0], ia, in[1]);
+        __m512i a1 = _mm512_permutex2var_epi32(in[2], ia, in[3]);
+        __m512i b0 = _mm512_permutex2var_epi32(in[0], ib, in[1]);
+        __m512i b1 = _mm512_permutex2var_epi32(in[2], ib, in[3]);
+        __m512i pk[4] = {
+            _mm512_shuffle_i32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)),
+            _mm512_shuffle_i32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)),
+            _mm512_shuffle_i32x4(b0, b1, _MM_SHUFFLE(1, 0, 1, 0)),
+            _mm512_shuffle_i32x4(b0, b1, _MM_SHUFFLE(3, 2, 3, 2)),
+        };
+        __m512i W[8];
 #pragma GCC unroll 4
-        for (int i = 0; i < R; i++)
-            accE[i] = accO[i] = _mm512_setzero_ps();
-        for (size_t g = 0; g < ng; g++) {
-            __m512i qe = _mm512_loadu_si512(q + g * 128), qo = _mm512_loadu_si512(q + g * 128 + 64);
-            __m512i be = _mm512_loadu_si512(bias + g * 32);
-            __m512i bo = _mm512_loadu_si512(bias + g * 32 + 16);
-            __m512 dv = spread4(_mm_loadu_ps(d + 4 * g));
-            __m512i dx = _mm512_sub_epi32(_mm512_castps_si512(dv), one);
+        for (int l = 0; l < 4; l++) {
+            W[l] = _mm512_shuffle_epi8(tab, _mm512_and_si512(pk[l], m4));
+            W[4 + l] = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(pk[l], 4), m4));
+        }
+        /* the block's even and odd halves in the activation layout */
+        const size_t oe = kernels_bpos(nb, b, 0), oo = kernels_bpos(nb, b, 16);
+        uint32_t sb[16];
+        for (int i = 0; i < 16; i++)
+            sb[i] = Sc[(size_t)i * nb + b];
+        __m512 sh = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(sb), 23)), half);
+        float *A = &acc[0][b % 16][0];
+        const int8_t *q = a->q + v0 * w->cols;
+        const int32_t *bs = a->bsum + v0 * nb + b;
+        const float *d = a->d + v0 * nb + b;
+        for (size_t v = v0; v < v1; v++, A += 16 * 16, q += w->cols, bs += nb, d += nb) {
+            /* the lanes start at -BIAS * (sum of the block's activations) */
+            __m512i s0 = _mm512_set1_epi32(*bs), s1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
-            for (int i = 0; i < R; i++) {
-                const uint8_t *W = wbuf + i * ws + g * 128;
-                __m512i pe = _mm512_dpbusd_epi32(be, _mm512_loadu_si512(W), qe);
-                __m512i po = _mm512_dpbusd_epi32(bo, _mm512_loadu_si512(W + 64), qo);
-                __m512 sh = _mm512_loadu_ps(sh16 + i * ss + g * 16);
-                __m512 c = POW2 ? _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(sh), dx))
-                                : _mm512_mul_ps(sh, dv);
-                accE[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pe), c, accE[i]);
-                accO[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(po), c, accO[i]);
+            for (int l = 0; l < 4; l++) {
+                s0 = _mm512_dpbusd_epi32(s0, W[l], bcast4(q + oe + 4 * l));
+                s1 = _mm512_dpbusd_epi32(s1, W[4 + l], bcast4(q + oo + 4 * l));
             }
+            __m512 c = _mm512_mul_ps(sh, _mm512_set1_ps(*d));
+            __m512 S = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+            _mm512_store_ps(A, _mm512_fmadd_ps(S, c, _mm512_load_ps(A)));
         }
-#pragma GCC unroll 4
-        for (int i = 0; i < R; i++) {
-            const uint8_t *p = w->packed + (r + i) * nb * 16, *s = w->scale + (r + i) * nb;
-            struct fast_tail t = { p, s, q, d, 4 * ng, nb };
-            y[v * ldy + r + i] = finish(accE[i], accO[i], 4 * ng, nb, fast_tail_fn, &t);
-        }
+    }
+    for (size_t v = v0; v < v1; v++) {
+        float (*Av)[16] = acc[v - v0];
+        __m512 t[8];
+        for (int k = 0; k < 8; k++)
+            t[k] = _mm512_add_ps(_mm512_load_ps(Av[k]), _mm512_load_ps(Av[k + 8]));
+        for (int k = 0; k < 4; k++)
+            t[k] = _mm512_add_ps(t[k], t[k + 4]);
+        t[0] = _mm512_add_ps(t[0], t[2]);
+        t[1] = _mm512_add_ps(t[1], t[3]);
+        _mm512_storeu_ps(y + v * ldy + r, _mm512_add_ps(t[0], t[1]));
     }
 }
 
 static void avx512_mxfp4_fast(const kernels_mxfp4 *w, size_t r0, size_t r1,
                               const kernels_act *a, float *y, size_t ldy)
 {
-    size_t nb = w->cols / KERNELS_BLOCK, ng = nb / 4;
+    size_t nb = w->cols / KERNELS_BLOCK, r = r0;
 
-    if (a->n == 1 || w->cols > KERNELS_ROWBUF) {
-        for (size_t r = r0; r < r1; r++)
-            for (size_t v = 0; v < a->n; v++)
-                y[v * ldy + r] = row_fast(w->packed + r * nb * 16, w->scale + r * nb, nb,
-                                          a->q + v * nb * 32, a->d + v * nb, a->bias + v * nb * 8);
-        return;
-    }
-    _Alignas(64) uint8_t wbuf[MM_ROWS * KERNELS_ROWBUF];
-    _Alignas(64) float sh16[MM_ROWS * KERNELS_ROWBUF / 8];
-    unsigned emin, emax;
-    act_exp_range(a, nb, ng, &emin, &emax);
-    for (size_t r = r0; r < r1;) {
-        int R = r + MM_ROWS <= r1 ? MM_ROWS : 1;
-        unsigned smin = 255, smax = 0;
-        for (int i = 0; i < R; i++)
-            decode_row(w->packed + (r + i) * nb * 16, w->scale + (r + i) * nb, ng,
-                       wbuf + i * ng * 128, sh16 + i * ng * 16, &smin, &smax);
-        int pow2 = mm_pow2_ok(emin, emax, smin, smax);
-        /* the tile's compute hides fetching the next tile's weights (from
-         * DRAM when the expert was just streamed in) into L2 */
-        if (r + (size_t)R < r1) {
-            const char *np = (const char *)(w->packed + (r + (size_t)R) * nb * 16);
-            const char *ns = (const char *)(w->scale + (r + (size_t)R) * nb);
-            for (size_t o = 0; o < MM_ROWS * nb * 16; o += 64)
-                _mm_prefetch(np + o, _MM_HINT_T1);
-            for (size_t o = 0; o < MM_ROWS * nb; o += 64)
-                _mm_prefetch(ns + o, _MM_HINT_T1);
+    if (a->n > 1) {
+        for (; r + MM_ROWS <= r1; r += MM_ROWS) {
+            /* the tile's compute hides fetching the next tile's weights
+             * (from DRAM when the expert was just streamed in) into L2 */
+            if (r + 2 * MM_ROWS <= r1) {
+                const char *np = (const char *)(w->packed + (r + MM_ROWS) * nb * 16);
+                const char *ns = (const char *)(w->scale + (r + MM_ROWS) * nb);
+                for (size_t o = 0; o < MM_ROWS * nb * 16; o += 64)
+                    _mm_prefetch(np + o, _MM_HINT_T1);
+                for (size_t o = 0; o < MM_ROWS * nb; o += 64)
+                    _mm_prefetch(ns + o, _MM_HINT_T1);
+            }
+            for (size_t v = 0; v < a->n; v += MM_VECS)
+                mm_tile16(w, r, a, v, v + MM_VECS < a->n ? v + MM_VECS : a->n, y, ldy);
         }
-        if (R == MM_ROWS && pow2)
-            mm_tile(w, r, MM_ROWS, 1, wbuf, sh16, a, y, ldy);
-        else if (R == MM_ROWS)
-            mm_tile(w, r, MM_ROWS, 0, wbuf, sh16, a, y, ldy);
-        else
-            mm_tile(w, r, 1, 0, wbuf, sh16, a, y, ldy);
-        r += (size_t)R;
     }
+    for (; r < r1; r++)
+        for (size_t v = 0; v < a->n; v++)
+            y[v * ldy + r] = row_fast(w->packed + r * nb * 16, w->scale + r * nb, nb,
+                                      a->q + v * nb * 32, a->d + v * nb, a->bias + v * nb * 8);
 }
 
 /* |w| times a with w's sign, so dpbusd (unsigned x signed) sees |w|. */
@@ -295,6 +269,8 @@ static float row_q8(const int8_t *wr, size_t nb, const int8_t *q, const float *d
  * once per group with a dpbusd against 0x80 and shared by the tile's rows),
  * so the int32 lanes are exactly those of dot_lanes512 and the float order
  * is row_q8's: bit-identical to n single calls. */
+#define Q8_ROWS 4
+
 static inline __attribute__((always_inline)) void
 q8_tile(const kernels_q8 *w, size_t r, const int R, const uint8_t *wbuf,
         const kernels_act *a, float *y, size_t ldy)
@@ -305,7 +281,7 @@ q8_tile(const kernels_q8 *w, size_t r, const int R, const uint8_t *wbuf,
     for (size_t v = 0; v < a->n; v++) {
         const int8_t *q = a->q + v * cols;
         const float *d = a->d + v * nb;
-        __m512 accE[MM_ROWS], accO[MM_ROWS];
+        __m512 accE[Q8_ROWS], accO[Q8_ROWS];
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++)
             accE[i] = accO[i] = _mm512_setzero_ps();
@@ -353,11 +329,11 @@ static void avx512_q8(const kernels_q8 *w, size_t r0, size_t r1,
                                  w->scale[r];
         return;
     }
-    _Alignas(64) uint8_t wbuf[MM_ROWS * KERNELS_ROWBUF];
+    _Alignas(64) uint8_t wbuf[Q8_ROWS * KERNELS_ROWBUF];
     size_t r = r0;
-    for (; r + MM_ROWS <= r1; r += MM_ROWS) {
-        q8_bias_rows(w->q + r * w->cols, MM_ROWS * w->cols, wbuf);
-        q8_tile(w, r, MM_ROWS, wbuf, a, y, ldy);
+    for (; r + Q8_ROWS <= r1; r += Q8_ROWS) {
+        q8_bias_rows(w->q + r * w->cols, Q8_ROWS * w->cols, wbuf);
+        q8_tile(w, r, Q8_ROWS, wbuf, a, y, ldy);
     }
     for (; r < r1; r++) {
         q8_bias_rows(w->q + r * w->cols, w->cols, wbuf);

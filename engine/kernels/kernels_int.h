@@ -14,17 +14,27 @@
  *     no shuffle is needed to pair weights with activations.
  *  2. Position i of a block holds the weight code w_i (MXFP4: the doubled
  *     e2m1 value, an integer in [-12, 12]; int8: q in [-127, 127]) and the
- *     activation a_i.  The block gives 8 integer lane sums
- *     P[l] = sum_{k<4} w_{4l+k} * a_{4l+k}: 4 consecutive bytes in memory,
- *     exactly the int32 lanes of maddubs+madd (AVX2), dpbusd (AVX-512) and
- *     smull+pairwise adds (NEON).
- *  3. Block b of a row is folded into float accumulator A[b % 4][l] by
- *     A = fmaf((float)P[l], c_b, A), c_b = (weight scale * 0.5) * d_b for
- *     MXFP4 (0.5 undoes the doubling), c_b = d_b for int8; blocks in order.
- *  4. The row's result is
+ *     activation a_i.
+ *     MXFP4: the block gives one integer S = sum_{i<32} w_i * a_i (exact in
+ *     any order: |S| <= 32 * 12 * 127).
+ *     int8: the block gives 8 integer lane sums P[l] = sum_{k<4}
+ *     w_{4l+k} * a_{4l+k}: 4 consecutive bytes in memory, exactly the int32
+ *     lanes of maddubs+madd (AVX2), dpbusd (AVX-512) and smull+pairwise
+ *     adds (NEON).
+ *  3. MXFP4: block b of a row is folded into float accumulator A[b % 16] by
+ *     A = fmaf((float)S, c_b, A), c_b = (weight scale * 0.5) * d_b (0.5
+ *     undoes the doubling); blocks in order.  Sixteen accumulators let a
+ *     batched kernel keep 16 rows in the lanes of one register (one FMA per
+ *     16 rows and block) and a matrix-vector kernel fold 16 blocks at once.
+ *     int8: block b is folded into A[b % 4][l] by A = fmaf((float)P[l], d_b,
+ *     A); blocks in order.
+ *  4. MXFP4: the row's result is (kernels_reduce16)
+ *        t[k] = A[k] + A[k+8],  u[k] = t[k] + t[k+4],  v[k] = u[k] + u[k+2],
+ *        y = v[0] + v[1].
+ *     int8 (kernels_reduce32):
  *        t[l] = (A[0][l] + A[2][l]) + (A[1][l] + A[3][l])
  *        u[l] = t[l] + t[l+4],  v[l] = u[l] + u[l+2],  y = v[0] + v[1]
- *     times the row scale for int8.
+ *     times the row scale.
  */
 #ifndef SHOAL_KERNELS_INT_H
 #define SHOAL_KERNELS_INT_H
@@ -39,10 +49,11 @@
 #define KERNELS_BLOCK 32
 /* Added to every doubled e2m1 value so dpbusd sees unsigned weights. */
 #define KERNELS_VNNI_BIAS 12
-/* Batched fast MXFP4 (n > 1) decodes a row once into a buffer of this many
- * bytes (on the stack) and reuses it for every vector; longer rows fall
- * back to decoding per vector.  AVX-512 decodes tiles of 4 rows (64 KB of
- * weights plus 32 KB of spread scales on the stack; 64 KB for int8). */
+/* Batched AVX2 fast MXFP4 (n > 1) decodes a row once into a buffer of this
+ * many bytes (on the stack) and reuses it for every vector; longer rows
+ * fall back to decoding per vector.  The AVX-512 int8 spine stores tiles
+ * of 4 rows (64 KB on the stack); AVX-512 fast MXFP4 needs no row buffer
+ * (16-row tiles decoded per block, 64 KB of accumulators on the stack). */
 #define KERNELS_ROWBUF 16384
 /* Rows a thread takes at a time (a multiple of 32: the expert helper
  * quantizes the h rows it computed in whole blocks). */
@@ -58,6 +69,7 @@ struct kernels_act {
     int8_t *q;               /* [n][cols], invariant 1 order */
     float *d;                /* [n][cols/32] block scales */
     int32_t *bias;           /* [n][cols/4]: -BIAS * sum of q[4j..4j+3] */
+    int32_t *bsum;           /* [n][cols/32]: -BIAS * sum of a block's q */
 };
 
 /* Quantize blocks [b0, b1) of vector v (x points at that vector). */
@@ -115,6 +127,19 @@ static inline float kernels_reduce32(const float *a)
         t[l] = (a[l] + a[16 + l]) + (a[8 + l] + a[24 + l]);
     for (int l = 0; l < 4; l++)
         u[l] = t[l] + t[l + 4];
+    v[0] = u[0] + u[2];
+    v[1] = u[1] + u[3];
+    return v[0] + v[1];
+}
+
+/* MXFP4 invariant 4, from the 16 accumulators A[k]. */
+static inline float kernels_reduce16(const float *a)
+{
+    float t[8], u[4], v[2];
+    for (int k = 0; k < 8; k++)
+        t[k] = a[k] + a[k + 8];
+    for (int k = 0; k < 4; k++)
+        u[k] = t[k] + t[k + 4];
     v[0] = u[0] + u[2];
     v[1] = u[1] + u[3];
     return v[0] + v[1];
@@ -221,25 +246,26 @@ static inline size_t kernels_colpos(size_t nb, size_t j)
     return kernels_bpos(nb, j / 32, (i & 1) ? 16 + i / 2 : i / 2);
 }
 
-/* Fast MXFP4 blocks [b0, nb) of a row into A[32] (invariant 3), scalar.
- * The reference uses it for every block, SIMD variants for the last,
- * partial group of a row (never for K3's shapes). */
+/* Block b's integer sum S of invariant 2 (MXFP4), scalar. */
+static inline int32_t kernels_fast_block_sum(const uint8_t *p, const int8_t *q, size_t nb, size_t b)
+{
+    int32_t S = 0;
+    for (int i = 0; i < 32; i++) {
+        uint8_t byte = p[b * 16 + (i & 15)];
+        S += kernels_e2m1x2[i < 16 ? byte & 15 : byte >> 4] * q[kernels_bpos(nb, b, (size_t)i)];
+    }
+    return S;
+}
+
+/* Fast MXFP4 blocks [b0, nb) of a row into A[16] (invariant 3), scalar.
+ * The reference uses it for every block, SIMD variants for the blocks
+ * after the row's last full 16 (none for K3's shapes). */
 static inline void kernels_fast_blocks(float *A, const uint8_t *p, const uint8_t *s,
                                        const int8_t *q, const float *d, size_t b0, size_t nb)
 {
     for (size_t b = b0; b < nb; b++) {
         float c = (kernels_ue8m0(s[b]) * 0.5f) * d[b];
-        float *Ab = A + (b % 4) * 8;
-        for (int l = 0; l < 8; l++) {
-            const int8_t *qa = q + kernels_bpos(nb, b, 4 * (size_t)l);
-            int32_t P = 0;
-            for (int k = 0; k < 4; k++) {
-                int i = 4 * l + k;
-                uint8_t byte = p[b * 16 + (i & 15)];
-                P += kernels_e2m1x2[i < 16 ? byte & 15 : byte >> 4] * qa[k];
-            }
-            Ab[l] = fmaf((float)P, c, Ab[l]);
-        }
+        A[b % 16] = fmaf((float)kernels_fast_block_sum(p, q, nb, b), c, A[b % 16]);
     }
 }
 

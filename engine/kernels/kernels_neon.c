@@ -3,10 +3,11 @@
  * there, so no extra flags and no run-time check are needed).
  *
  * Fast MXFP4 and int8: a table lookup (tbl) turns nibbles into doubled e2m1
- * values, widening multiplies (smull) and two pairwise adds give the eight
- * 4-byte lane sums of kernels_int.h invariant 2 exactly, and vfmaq (fused,
- * like fmaf) folds them into the accumulators of invariant 3: bit-identical
- * to the scalar reference.  sdot (dotprod) would do the lane sums in one
+ * values, widening multiplies (smull) and two pairwise adds give 4-byte
+ * lane sums exactly (int8: the eight lanes of kernels_int.h invariant 2;
+ * MXFP4: added up to one sum per block), and vfmaq (fused, like fmaf)
+ * folds them into the accumulators of invariant 3: bit-identical to the
+ * scalar reference.  sdot (dotprod) would do the lane sums in one
  * instruction but is optional before Armv8.4; the base-ISA form keeps this
  * file portable to every aarch64 machine.
  */
@@ -34,33 +35,41 @@ static inline float reduce(const float32x4_t a[8])
     return vget_lane_f32(v, 0) + vget_lane_f32(v, 1);
 }
 
-/* Block k of a group of gs blocks: its even half sits at 16k, its odd
- * half at 16gs + 16k (kernels_int.h invariant 1). */
+/* One row times one vector (invariants 2-4, MXFP4): each block's 32
+ * products summed to one integer (dot16 lanes, then an across-vector add),
+ * four consecutive blocks folded with one vfmaq into A[b % 16]. */
 static float row_fast(const uint8_t *p, const uint8_t *s, size_t nb,
                       const int8_t *q, const float *d)
 {
     const int8x16_t tab = vld1q_s8(kernels_e2m1x2);
     const uint8x16_t m4 = vdupq_n_u8(0x0F);
-    float32x4_t acc[8];
+    float32x4_t acc[4];
+    size_t b = 0;
 
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 4; i++)
         acc[i] = vdupq_n_f32(0);
-    for (size_t g = 0; g * 4 < nb; g++) {
-        size_t gs = nb - 4 * g < 4 ? nb - 4 * g : 4;
+    for (; b + 4 <= nb; b += 4) {
+        size_t g = b / 4;  /* a full group: the partial one is the tail's */
         const int8_t *Q = q + 128 * g;
+        int32_t S[4];
+        float c[4];
         __builtin_prefetch(p + 64 * g + KERNELS_PREFETCH);
-        for (size_t k = 0; k < gs; k++) {
-            size_t b = 4 * g + k;
-            uint8x16_t v = vld1q_u8(p + b * 16);
+        for (size_t k = 0; k < 4; k++) {
+            uint8x16_t v = vld1q_u8(p + (b + k) * 16);
             int8x16_t wl = vqtbl1q_s8(tab, vandq_u8(v, m4));
             int8x16_t wh = vqtbl1q_s8(tab, vshrq_n_u8(v, 4));
-            float32x4_t c = vdupq_n_f32((kernels_ue8m0(s[b]) * 0.5f) * d[b]);
-            float32x4_t *A = acc + k * 2;
-            A[0] = vfmaq_f32(A[0], vcvtq_f32_s32(dot16(wl, vld1q_s8(Q + 16 * k))), c);
-            A[1] = vfmaq_f32(A[1], vcvtq_f32_s32(dot16(wh, vld1q_s8(Q + 16 * gs + 16 * k))), c);
+            S[k] = vaddvq_s32(vaddq_s32(dot16(wl, vld1q_s8(Q + 16 * k)),
+                                        dot16(wh, vld1q_s8(Q + 64 + 16 * k))));
+            c[k] = (kernels_ue8m0(s[b + k]) * 0.5f) * d[b + k];
         }
+        float32x4_t *A = acc + (b % 16) / 4;
+        *A = vfmaq_f32(*A, vcvtq_f32_s32(vld1q_s32(S)), vld1q_f32(c));
     }
-    return reduce(acc);
+    float A[16];
+    for (int i = 0; i < 4; i++)
+        vst1q_f32(A + 4 * i, acc[i]);
+    kernels_fast_blocks(A, p, s, q, d, b, nb);
+    return kernels_reduce16(A);
 }
 
 static void neon_mxfp4_fast(const kernels_mxfp4 *w, size_t r0, size_t r1,

@@ -29,7 +29,8 @@ kernels_act *kernels_act_new(size_t cols_max, size_t nmax)
     a->q = malloc(blocks * KERNELS_BLOCK);
     a->d = malloc(blocks * sizeof *a->d);
     a->bias = malloc(blocks * 8 * sizeof *a->bias);
-    if (!a->q || !a->d || !a->bias) {
+    a->bsum = malloc(blocks * sizeof *a->bsum);
+    if (!a->q || !a->d || !a->bias || !a->bsum) {
         kernels_act_free(a);
         return NULL;
     }
@@ -43,6 +44,7 @@ void kernels_act_free(kernels_act *act)
     free(act->q);
     free(act->d);
     free(act->bias);
+    free(act->bsum);
     free(act);
 }
 
@@ -59,7 +61,16 @@ float kernels_act_value(const kernels_act *act, size_t v, size_t j)
 void kernels_act_quantize_blocks(kernels_act *act, size_t v, const float *x,
                                  size_t b0, size_t b1)
 {
+    size_t nb = act->cols / KERNELS_BLOCK;
+    const int32_t *bias = act->bias + v * act->cols / 4;
+
     kernels_ops_get()->act_quant(act, v, x, b0, b1);
+    /* the start value of a batched AVX-512 block sum (16 rows in lanes) */
+    for (size_t b = b0; b < b1; b++) {
+        size_t oe = kernels_bpos(nb, b, 0) / 4, oo = kernels_bpos(nb, b, 16) / 4;
+        act->bsum[v * nb + b] = bias[oe] + bias[oe + 1] + bias[oe + 2] + bias[oe + 3] +
+                                bias[oo] + bias[oo + 1] + bias[oo + 2] + bias[oo + 3];
+    }
 }
 
 /* The definition (the SIMD variants store the same bytes): d = amax / 127,

@@ -3,8 +3,8 @@
  *
  * Exact MXFP4: y = sum_j w[j]*x[j] in f32, j in column order, w decoded
  * exactly (e2m1 times a power of two).  Fast MXFP4 and int8: the integer
- * lane sums and float order of kernels_int.h invariants 2-4.  f32: column
- * order.
+ * block (MXFP4) or lane (int8) sums and the float order of kernels_int.h
+ * invariants 2-4.  f32: column order.
  */
 #include "engine/kernels/kernels_int.h"
 
@@ -20,10 +20,10 @@ static void scalar_mxfp4_fast(const kernels_mxfp4 *w, size_t r0, size_t r1,
     size_t nb = w->cols / KERNELS_BLOCK;
     for (size_t r = r0; r < r1; r++)
         for (size_t v = 0; v < a->n; v++) {
-            float acc[32] = { 0 };
+            float acc[16] = { 0 };
             kernels_fast_blocks(acc, w->packed + r * nb * 16, w->scale + r * nb,
                                 a->q + v * w->cols, a->d + v * nb, 0, nb);
-            y[v * ldy + r] = kernels_reduce32(acc);
+            y[v * ldy + r] = kernels_reduce16(acc);
         }
 }
 

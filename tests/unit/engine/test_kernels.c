@@ -5,10 +5,11 @@
  * Tolerances.  For a sum of m products computed in f32 in any order (with
  * or without FMA) the error is at most gamma_m * sum|w_j x_j| with
  * gamma_m ~ m * 2^-24 (Higham, Accuracy and Stability, 3.1); the tests use
- * (m + 2) * 2^-24 * sum|w_j x_j|.  The fast path sums each block's lane
+ * (m + 2) * 2^-24 * sum|w_j x_j|.  The fast path sums each block's
  * products exactly in integers, so only the per-block scale product, one
- * FMA per block (nb/4 per accumulator) and the 5-step reduction round: its
- * bound against the dequantized activations is (nb + 8) * 2^-24 * sum.
+ * FMA per block (MXFP4: nb/16 per accumulator, then a 4-step reduction;
+ * int8: nb/4 per lane accumulator, then 5 steps) round: its bound against
+ * the dequantized activations is (nb + 8) * 2^-24 * sum.
  * Bit-exact comparisons use memcmp.
  */
 #include <setjmp.h>
@@ -225,12 +226,12 @@ static void test_mxfp4_fast_variants_bitexact(void **state)
         }
 }
 
-/* Batched fast MXFP4 against scalar at the edges of the float range: the
- * batched AVX-512 path replaces (s * 0.5) * d by an exponent add when every
- * product is a normal float and multiplies otherwise; both must give the
- * scalar bits.  Scenarios: realistic scales (exponent add), scales over
- * the whole ue8m0 range, tiny activations times small scales (subnormal
- * products), and all-zero activation blocks. */
+/* Batched fast MXFP4 against scalar at the edges of the float range (the
+ * batched kernels compute c = (s * 0.5) * d per block and row like the
+ * scalar one, and must keep its bits where c is subnormal or zero).
+ * Scenarios: realistic scales, scales over the whole ue8m0 range, tiny
+ * activations times small scales (subnormal products), and all-zero
+ * activation blocks. */
 static void test_mxfp4_fast_batched_scale_edges(void **state)
 {
     (void)state;
@@ -277,6 +278,50 @@ static void test_mxfp4_fast_batched_scale_edges(void **state)
             free(y0);
             free(y1);
         }
+}
+
+/* Batched fast MXFP4 with whole 16-row tiles (AVX-512 puts 16 rows in the
+ * lanes of a register) and more vectors than one pass of the tile kernel
+ * takes (64): rows 16, 37 (two tiles and 5 single rows), 85; column counts
+ * with a partial last group and blocks after the last full 16; memcmp-equal
+ * to scalar. */
+static void test_mxfp4_fast_batched_tiles(void **state)
+{
+    static const size_t cols_t[] = { 32, 96, 544, 1024, 3584 };
+    static const size_t rows_t[] = { 16, 37, 85 };
+    static const size_t n_t[] = { 2, 33, 70 };
+    (void)state;
+    for (size_t ci = 0; ci < sizeof cols_t / sizeof cols_t[0]; ci++)
+        for (size_t ri = 0; ri < sizeof rows_t / sizeof rows_t[0]; ri++)
+            for (size_t ni = 0; ni < sizeof n_t / sizeof n_t[0]; ni++) {
+                size_t cols = cols_t[ci], rows = rows_t[ri], n = n_t[ni];
+                if (cols * rows * n > 8000000)
+                    continue;  /* keeps the scalar reference quick */
+                struct mat m;
+                float *x = malloc(n * cols * sizeof *x);
+                float *y0 = malloc(n * rows * sizeof *y0), *y1 = malloc(n * rows * sizeof *y1);
+                kernels_act *a = kernels_act_new(cols, n);
+                mat_make(&m, rows, cols, 13);
+                fill_floats(x, n * cols);
+                assert_int_equal(kernels_act_quantize(a, x, cols, n, NULL), 0);
+                use_isa(KERNELS_ISA_SCALAR);
+                assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m.w, a, y0, NULL), 0);
+                for (size_t i = 1; i < N_ISAS; i++) {
+                    if (!kernels_isa_supported(all_isas[i]))
+                        continue;
+                    use_isa(all_isas[i]);
+                    memset(y1, 0xAB, n * rows * sizeof *y1);
+                    assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m.w, a, y1, NULL), 0);
+                    if (memcmp(y0, y1, n * rows * sizeof *y0) != 0)
+                        fail_msg("%s batched fast (tiles) differs from scalar: cols=%zu rows=%zu n=%zu",
+                                 kernels_isa_name(all_isas[i]), cols, rows, n);
+                }
+                kernels_act_free(a);
+                free(m.mem);
+                free(x);
+                free(y0);
+                free(y1);
+            }
 }
 
 /* Batched int8 products (n > 1, row tiles) memcmp-equal to scalar. */
@@ -985,6 +1030,7 @@ int main(void)
         cmocka_unit_test(test_mxfp4_fast_vs_dequantized),
         cmocka_unit_test(test_mxfp4_fast_variants_bitexact),
         cmocka_unit_test(test_mxfp4_fast_batched_scale_edges),
+        cmocka_unit_test(test_mxfp4_fast_batched_tiles),
         cmocka_unit_test(test_q8_batched_bitexact),
         cmocka_unit_test(test_batch_equals_single_calls),
         cmocka_unit_test(test_threads_bitexact),
