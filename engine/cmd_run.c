@@ -93,7 +93,7 @@ static void usage(FILE *f)
           "                      score measures recall without sending)\n"
           "  --prefetch-cutoff R recall under which a layer stops prefetching (default 0.5)\n"
           "  --read-part SIZE    hf://, advanced: read each expert in parts of SIZE\n"
-          "                      (rounded up to whole pages; default 1M)\n", f);
+          "                      (rounded up to whole pages; default 1M, 4M direct)\n", f);
 }
 
 static int parse_tokens(const char *s, run_opts *o)
