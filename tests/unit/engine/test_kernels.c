@@ -192,6 +192,37 @@ static void test_mxfp4_fast_vs_dequantized(void **state)
 
 /* Every ISA's fast product, single and batched, memcmp-equal to scalar;
  * the last shape's rows are too long for the batched row buffer. */
+/* Fast MXFP4 on every supported ISA against scalar, bit for bit, for one
+ * random rows x cols matrix (mat_make's zero_scale_every) and n vectors. */
+static void check_fast_vs_scalar(size_t cols, size_t rows, size_t n, int zero_scale_every,
+                                 const char *what)
+{
+    struct mat m;
+    float *x = malloc(n * cols * sizeof *x);
+    float *y0 = malloc(n * rows * sizeof *y0), *y1 = malloc(n * rows * sizeof *y1);
+    kernels_act *a = kernels_act_new(cols, n);
+    mat_make(&m, rows, cols, zero_scale_every);
+    fill_floats(x, n * cols);
+    assert_int_equal(kernels_act_quantize(a, x, cols, n, NULL), 0);
+    use_isa(KERNELS_ISA_SCALAR);
+    assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m.w, a, y0, NULL), 0);
+    for (size_t i = 1; i < N_ISAS; i++) {
+        if (!kernels_isa_supported(all_isas[i]))
+            continue;
+        use_isa(all_isas[i]);
+        memset(y1, 0xAB, n * rows * sizeof *y1);
+        assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m.w, a, y1, NULL), 0);
+        if (memcmp(y0, y1, n * rows * sizeof *y0) != 0)
+            fail_msg("%s %s differs from scalar: cols=%zu rows=%zu n=%zu",
+                     kernels_isa_name(all_isas[i]), what, cols, rows, n);
+    }
+    kernels_act_free(a);
+    free(m.mem);
+    free(x);
+    free(y0);
+    free(y1);
+}
+
 static void test_mxfp4_fast_variants_bitexact(void **state)
 {
     (void)state;
@@ -199,30 +230,7 @@ static void test_mxfp4_fast_variants_bitexact(void **state)
         for (size_t ci = 0; ci < N_COLS; ci++) {
             size_t cols = iter == 3 ? 16384 + 32 * (ci + 1) : test_cols[ci];
             size_t rows = 1 + rnd() % (iter == 3 ? 5 : 67), n = 1 + rnd() % 4;
-            struct mat m;
-            float *x = malloc(n * cols * sizeof *x);
-            float *y0 = malloc(n * rows * sizeof *y0), *y1 = malloc(n * rows * sizeof *y1);
-            kernels_act *a = kernels_act_new(cols, n);
-            mat_make(&m, rows, cols, 17);
-            fill_floats(x, n * cols);
-            assert_int_equal(kernels_act_quantize(a, x, cols, n, NULL), 0);
-            use_isa(KERNELS_ISA_SCALAR);
-            assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m.w, a, y0, NULL), 0);
-            for (size_t i = 1; i < N_ISAS; i++) {
-                if (!kernels_isa_supported(all_isas[i]))
-                    continue;
-                use_isa(all_isas[i]);
-                memset(y1, 0xAB, n * rows * sizeof *y1);
-                assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m.w, a, y1, NULL), 0);
-                if (memcmp(y0, y1, n * rows * sizeof *y0) != 0)
-                    fail_msg("%s fast differs from scalar: cols=%zu rows=%zu n=%zu",
-                             kernels_isa_name(all_isas[i]), cols, rows, n);
-            }
-            kernels_act_free(a);
-            free(m.mem);
-            free(x);
-            free(y0);
-            free(y1);
+            check_fast_vs_scalar(cols, rows, n, 17, "fast");
         }
 }
 
@@ -297,30 +305,7 @@ static void test_mxfp4_fast_batched_tiles(void **state)
                 size_t cols = cols_t[ci], rows = rows_t[ri], n = n_t[ni];
                 if (cols * rows * n > 8000000)
                     continue;  /* keeps the scalar reference quick */
-                struct mat m;
-                float *x = malloc(n * cols * sizeof *x);
-                float *y0 = malloc(n * rows * sizeof *y0), *y1 = malloc(n * rows * sizeof *y1);
-                kernels_act *a = kernels_act_new(cols, n);
-                mat_make(&m, rows, cols, 13);
-                fill_floats(x, n * cols);
-                assert_int_equal(kernels_act_quantize(a, x, cols, n, NULL), 0);
-                use_isa(KERNELS_ISA_SCALAR);
-                assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m.w, a, y0, NULL), 0);
-                for (size_t i = 1; i < N_ISAS; i++) {
-                    if (!kernels_isa_supported(all_isas[i]))
-                        continue;
-                    use_isa(all_isas[i]);
-                    memset(y1, 0xAB, n * rows * sizeof *y1);
-                    assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m.w, a, y1, NULL), 0);
-                    if (memcmp(y0, y1, n * rows * sizeof *y0) != 0)
-                        fail_msg("%s batched fast (tiles) differs from scalar: cols=%zu rows=%zu n=%zu",
-                                 kernels_isa_name(all_isas[i]), cols, rows, n);
-                }
-                kernels_act_free(a);
-                free(m.mem);
-                free(x);
-                free(y0);
-                free(y1);
+                check_fast_vs_scalar(cols, rows, n, 13, "batched fast (tiles)");
             }
 }
 

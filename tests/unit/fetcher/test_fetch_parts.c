@@ -20,6 +20,7 @@
 #include "common/sys.h"
 #include "fetcher/fetch.h"
 #include "tests/lib/testhub.h"
+#include "tests/lib/testhub_cache.h"
 
 static test_hub g_th;
 #define g_dir (g_th.dir)
@@ -48,24 +49,7 @@ static void faults(const char *q)
 
 static int same_bytes(cache *c, const manifest *m, const fetch_item *it)
 {
-    cache_key key = { m->files[it->file].etag, it->offset, it->length };
-    cache_obj o;
-    char path[512];
-    uint8_t *a = malloc(it->length), *b = malloc(it->length);
-    int fd, ok = 0;
-    snprintf(path, sizeof path, "%s/model/%s", g_dir, m->files[it->file].path);
-    fd = open(path, O_RDONLY);
-    if (a && b && fd >= 0 && cache_lookup(c, &key, NULL, &o, NULL) == 0) {
-        ok = o.length == it->length && shoal_pread_all(o.fd, a, it->length, 0) == 0
-             && shoal_pread_all(fd, b, it->length, (off_t)it->offset) == 0
-             && memcmp(a, b, it->length) == 0;
-        close(o.fd);
-    }
-    if (fd >= 0)
-        close(fd);
-    free(a);
-    free(b);
-    return ok;
+    return test_hub_same_bytes(&g_th, c, m, it);
 }
 
 /* A cache, an upstream with these options and the manifest. */
