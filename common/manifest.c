@@ -6,6 +6,7 @@
  * checking it against the bytes that remain, so hostile input costs at
  * most one pass and allocations bounded by the input size.
  */
+#include "common/utf8.h"
 #include "common/manifest.h"
 
 #include <inttypes.h>
@@ -61,41 +62,9 @@ void manifest_free(manifest *m)
 /* Valid UTF-8 (no overlongs, surrogates or values past U+10FFFF), no NUL. */
 static int utf8_ok(const uint8_t *s, size_t n)
 {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        size_t k;
-        uint32_t cp;
-        if (c == 0)
+    for (size_t i = 0, k; i < n; i += k)
+        if (s[i] == 0 || (k = shoal_utf8_char_len(s + i, n - i)) == 0)
             return 0;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if (c >= 0xC2 && c <= 0xDF) {
-            k = 1;
-            cp = c & 0x1F;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            k = 2;
-            cp = c & 0x0F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            k = 3;
-            cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        if (n - i <= k)
-            return 0;
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xC0) != 0x80)
-                return 0;
-            cp = cp << 6 | (s[i + j] & 0x3F);
-        }
-        if ((k == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF)))
-            || (k == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
-            return 0;
-        i += k + 1;
-    }
     return 1;
 }
 
@@ -331,6 +300,11 @@ static int check_tensors(const manifest *m, shoal_err *err)
         if (i > 0 && strcmp(m->tensors[i - 1].name, t->name) >= 0)
             return shoal_err_set(err, SHOAL_EFORMAT, "tensor '%s': not sorted or listed twice",
                                  t->name);
+        /* names are stored without the prefix, which lookups strip: a
+         * stored one that kept it could never be found (found by fuzzing) */
+        if (strncmp(t->name, LM_PREFIX, sizeof LM_PREFIX - 1) == 0)
+            return shoal_err_set(err, SHOAL_EFORMAT, "tensor '%s': stored with the '%s' prefix",
+                                 t->name, LM_PREFIX);
         if (t->file >= m->nfiles)
             return shoal_err_set(err, SHOAL_EFORMAT, "tensor '%s': file index %" PRIu32
                                  " out of range", t->name, t->file);

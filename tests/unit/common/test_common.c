@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/path.h"
 #include "common/sys.h"
+#include "common/utf8.h"
 
 static void test_err_codes(void **state)
 {
@@ -321,6 +322,21 @@ static void test_hf_token(void **state)
     rmdir(dir);
 }
 
+static void test_utf8(void **state)
+{
+    static const struct { const char *s; size_t n, len; } c[] = {
+        { "a", 1, 1 }, { "\xc3\xa9", 2, 2 }, { "\xe2\x82\xac", 3, 3 },
+        { "\xf0\x9f\x98\x80", 4, 4 }, { "\xc3", 1, 0 },          /* cut short */
+        { "\x80", 1, 0 }, { "\xc0\xaf", 2, 0 }, { "\xe0\x80\xaf", 3, 0 },  /* overlong */
+        { "\xed\xa0\x80", 3, 0 },                                  /* surrogate */
+        { "\xf4\x90\x80\x80", 4, 0 }, { "\xf5\x80\x80\x80", 4, 0 }, /* > U+10FFFF */
+        { "\xe2\x82\x41", 3, 0 }, { "", 0, 0 },
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
+        assert_int_equal(shoal_utf8_char_len((const uint8_t *)c[i].s, c[i].n), c[i].len);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -335,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_log_to_file),
         cmocka_unit_test(test_files),
         cmocka_unit_test(test_hf_token),
+        cmocka_unit_test(test_utf8),
     };
     return cmocka_run_group_tests_name("common", tests, NULL, NULL);
 }

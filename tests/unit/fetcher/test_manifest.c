@@ -172,6 +172,16 @@ static void test_invariants(void **state)
     m->tensors[1].name = strdup(m->tensors[0].name);
     assert_int_equal(manifest_check(m, &err), SHOAL_EFORMAT);
     manifest_free(m);
+    /* a stored name that kept the language_model. prefix lookups strip */
+    m = sample();
+    assert_int_equal(manifest_finish(m, &err), 0);
+    manifest_free(m);
+    m = sample();
+    free(m->tensors[1].name);
+    m->tensors[1].name = strdup("language_model.lm_head.weight");
+    assert_int_equal(manifest_finish(m, &err), SHOAL_EFORMAT);
+    assert_non_null(strstr(err.msg, "prefix"));
+    manifest_free(m);
     /* no commit */
     m = sample();
     assert_int_equal(manifest_set_model(m, "", "r", "main", "", NULL), 0);
