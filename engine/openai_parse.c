@@ -19,9 +19,25 @@
 #include <string.h>
 
 #include "common/json.h"
+#include "common/utf8.h"
 #include "engine/openai.h"
 
 #define ERR_INVALID "invalid_request_error"
+
+/* An error's text may quote the client's bytes (a JSON parser's error) or
+ * be cut inside a character: each byte that is not part of valid UTF-8
+ * becomes '?', or the error could not be sent back as JSON (found by
+ * fuzzing). */
+static void utf8_fix(char *m)
+{
+    for (size_t i = 0, n = strlen(m); i < n;) {
+        size_t k = shoal_utf8_char_len((const uint8_t *)m + i, n - i);
+        if (k == 0)
+            m[i++] = '?';
+        else
+            i += k;
+    }
+}
 
 void openai_error_set(openai_error *e, int status, const char *type, const char *param,
                       const char *code, const char *fmt, ...)
@@ -34,6 +50,8 @@ void openai_error_set(openai_error *e, int status, const char *type, const char 
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
+    utf8_fix(e->message);
+    utf8_fix(e->param);
 }
 
 int openai_error_json(const openai_error *e, shoal_buf *out)
@@ -95,6 +113,8 @@ static int bad(pctx *c, const char *param, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(c->e->message, sizeof c->e->message, fmt, ap);
     va_end(ap);
+    utf8_fix(c->e->message);
+    utf8_fix(c->e->param);
     return -1;
 }
 

@@ -157,6 +157,19 @@ static void test_malformed(void **state)
     assert_int_equal(parse(OPENAI_CHAT, "[1]", &r, &e), -1);
     assert_int_equal(e.status, 400);
     assert_int_equal(openai_request_parse(OPENAI_CHAT, "", 0, &r, &e), -1);
+    /* a parse error quoting bytes that are not UTF-8 still goes back as JSON */
+    {
+        static const char body[] = "{\"\\\xdc\x9c\\\\nul\xff\xfe";
+        shoal_buf out;
+        shoal_json *j;
+        assert_int_equal(openai_request_parse(OPENAI_CHAT, body, sizeof body - 1, &r, &e), -1);
+        shoal_buf_init(&out, 0);
+        assert_int_equal(openai_error_json(&e, &out), 0);
+        j = shoal_json_parse((const char *)out.data, out.len, NULL);
+        assert_non_null(j);
+        shoal_json_free(j);
+        shoal_buf_free(&out);
+    }
 }
 
 static void test_completion_prompts(void **state)
