@@ -30,7 +30,7 @@ for t in tests/fuzz/*.c; do
     work=$out/corpus-$name
     mkdir -p "$work"
     echo "fuzz: running $name for ${secs}s"
-    "$out/$name" -max_total_time="$secs" -print_final_stats=1 "$work" ${corpus:+$( [ -d "$corpus" ] && echo "$corpus")} \
+    "$out/$name" -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="$out/" "$work" ${corpus:+$( [ -d "$corpus" ] && echo "$corpus")} \
         >"$out/$name.log" 2>&1 || { tail -n 30 "$out/$name.log"; echo "fuzz: $name found a crash (see $out/$name.log)"; exit 1; }
     grep -E '^stat::number_of_executed_units' "$out/$name.log" || true
     n=$((n + 1))

@@ -32,7 +32,7 @@ static void check_request(const daemon_request *q, const uint8_t *body, size_t l
         REQUIRE(q->nkeys >= 1 && q->nkeys <= SHOAL_PROTO_MAX_KEYS && q->priority <= 1);
     for (unsigned i = 0; i < q->nkeys; i++) {
         const shoal_key *k = &q->keys[i];
-        REQUIRE(k->kind >= SHOAL_KEY_EXPERT && k->kind <= SHOAL_KEY_FILE);
+        REQUIRE(k->kind >= SHOAL_KEY_EXPERT && k->kind <= SHOAL_KEY_DERIVED);
         if (k->kind != SHOAL_KEY_EXPERT)
             REQUIRE(k->name_len > 0 && (const uint8_t *)k->name >= body &&
                     (const uint8_t *)k->name + k->name_len <= body + len);
