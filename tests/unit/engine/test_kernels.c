@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,6 +193,25 @@ static void test_mxfp4_fast_vs_dequantized(void **state)
 
 /* Every ISA's fast product, single and batched, memcmp-equal to scalar;
  * the last shape's rows are too long for the batched row buffer. */
+/* Fast MXFP4 of m and a on every supported ISA equals scalar, bit for bit
+ * (y0, y1: n * rows floats of scratch). */
+static void expect_isas_equal(const struct mat *m, const kernels_act *a, float *y0, float *y1,
+                              size_t rows, size_t n, const char *what, size_t cols)
+{
+    use_isa(KERNELS_ISA_SCALAR);
+    assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m->w, a, y0, NULL), 0);
+    for (size_t i = 1; i < N_ISAS; i++) {
+        if (!kernels_isa_supported(all_isas[i]))
+            continue;
+        use_isa(all_isas[i]);
+        memset(y1, 0xAB, n * rows * sizeof *y1);
+        assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m->w, a, y1, NULL), 0);
+        if (memcmp(y0, y1, n * rows * sizeof *y0) != 0)
+            fail_msg("%s %s differs from scalar: cols=%zu rows=%zu n=%zu",
+                     kernels_isa_name(all_isas[i]), what, cols, rows, n);
+    }
+}
+
 /* Fast MXFP4 on every supported ISA against scalar, bit for bit, for one
  * random rows x cols matrix (mat_make's zero_scale_every) and n vectors. */
 static void check_fast_vs_scalar(size_t cols, size_t rows, size_t n, int zero_scale_every,
@@ -204,18 +224,7 @@ static void check_fast_vs_scalar(size_t cols, size_t rows, size_t n, int zero_sc
     mat_make(&m, rows, cols, zero_scale_every);
     fill_floats(x, n * cols);
     assert_int_equal(kernels_act_quantize(a, x, cols, n, NULL), 0);
-    use_isa(KERNELS_ISA_SCALAR);
-    assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m.w, a, y0, NULL), 0);
-    for (size_t i = 1; i < N_ISAS; i++) {
-        if (!kernels_isa_supported(all_isas[i]))
-            continue;
-        use_isa(all_isas[i]);
-        memset(y1, 0xAB, n * rows * sizeof *y1);
-        assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m.w, a, y1, NULL), 0);
-        if (memcmp(y0, y1, n * rows * sizeof *y0) != 0)
-            fail_msg("%s %s differs from scalar: cols=%zu rows=%zu n=%zu",
-                     kernels_isa_name(all_isas[i]), what, cols, rows, n);
-    }
+    expect_isas_equal(&m, a, y0, y1, rows, n, what, cols);
     kernels_act_free(a);
     free(m.mem);
     free(x);
@@ -268,17 +277,10 @@ static void test_mxfp4_fast_batched_scale_edges(void **state)
                     x[i] = 0;
             }
             assert_int_equal(kernels_act_quantize(a, x, cols, n, NULL), 0);
-            use_isa(KERNELS_ISA_SCALAR);
-            assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m.w, a, y0, NULL), 0);
-            for (size_t i = 1; i < N_ISAS; i++) {
-                if (!kernels_isa_supported(all_isas[i]))
-                    continue;
-                use_isa(all_isas[i]);
-                memset(y1, 0xAB, n * rows * sizeof *y1);
-                assert_int_equal(kernels_mxfp4_mul_fast(NULL, &m.w, a, y1, NULL), 0);
-                if (memcmp(y0, y1, n * rows * sizeof *y0) != 0)
-                    fail_msg("%s batched fast differs from scalar: scenario %d cols=%zu rows=%zu n=%zu",
-                             kernels_isa_name(all_isas[i]), sc, cols, rows, n);
+            {
+                char what[64];
+                snprintf(what, sizeof what, "batched fast, scenario %d,", sc);
+                expect_isas_equal(&m, a, y0, y1, rows, n, what, cols);
             }
             kernels_act_free(a);
             free(m.mem);
