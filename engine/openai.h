@@ -58,6 +58,7 @@ typedef struct openai_request {
     char       *stop[OPENAI_MAX_STOP];
     size_t      n_stop;
     int         stream;
+    int         ignore_eos;     /* vLLM's extension: generation does not end at the eos */
     int         include_usage;     /* stream_options.include_usage */
 } openai_request;
 

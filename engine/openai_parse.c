@@ -245,6 +245,11 @@ static int f_stream(pctx *c, const char *k, shoal_json *v)
     return want_bool(c, k, v, &c->r->stream);
 }
 
+static int f_ignore_eos(pctx *c, const char *k, shoal_json *v)
+{
+    return want_bool(c, k, v, &c->r->ignore_eos);
+}
+
 static int stream_opt(const char *key, shoal_json *v, void *ctx)
 {
     pctx *c = ctx;
@@ -510,6 +515,7 @@ static const field FIELDS[] = {
     { "seed", f_seed, CHAT | COMP },
     { "stop", f_stop, CHAT | COMP },
     { "stream", f_stream, CHAT | COMP },
+    { "ignore_eos", f_ignore_eos, CHAT | COMP },
     { "stream_options", f_stream_options, CHAT | COMP },
     { "n", f_n, CHAT | COMP },
     { "user", f_user, CHAT | COMP },

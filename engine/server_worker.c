@@ -288,7 +288,7 @@ static int run_job(server *srv, job *j)
     gp.has_seed = j->r.has_seed;
     gp.max_tokens = j->r.max_tokens;
     gp.eos = &srv->m.eos;
-    gp.n_eos = 1;
+    gp.n_eos = j->r.ignore_eos ? 0 : 1;     /* ignore_eos: run to max_tokens */
     gp.prefill_step = srv->cfg.prefill_step;
     gp.cancel = &j->cancel;
     rc = generator_run(srv->m.gen, ids.v, ids.n, &gp, on_token, &w, &res, &err);

@@ -52,8 +52,13 @@ static void test_chat_defaults(void **state)
     assert_true(r.top_p == 1.0);
     assert_int_equal(r.stream, 0);
     assert_int_equal(r.has_seed, 0);
+    assert_int_equal(r.ignore_eos, 0);
     openai_request_free(&r);
     openai_request_free(&r);
+    assert_int_equal(parse(OPENAI_COMPLETION, "{\"prompt\":\"Hi\",\"ignore_eos\":true}", &r, &e), 0);
+    assert_int_equal(r.ignore_eos, 1);
+    openai_request_free(&r);
+    refused(OPENAI_COMPLETION, "{\"prompt\":\"Hi\",\"ignore_eos\":1}", "ignore_eos");
 }
 
 static void test_chat_fields(void **state)
