@@ -360,13 +360,16 @@ static void *io_main(void *arg)
             pthread_cond_wait(&io->work, &io->mu);
         if (io->stop)
             break;
+        size_t b0, b1, lo, hi;
+        part_range(s, sl, part, &b0, &b1, &lo, &hi);
+        int64_t nb = (int64_t)(b1 - b0);       /* what this part reads (the last is short) */
         io->dactive += demand;
         if (io->nactive++ == 0)
             io->active_t0 = (int64_t)shoal_now_ns();
-        io->read_bytes += s->part;
-        io->guess_bytes += demand ? 0 : s->part;
+        io->read_bytes += (uint64_t)nb;
+        io->guess_bytes += demand ? 0 : (uint64_t)nb;
         if (!demand && io->gbudget > 0)
-            io->gbudget = io->gbudget > (int64_t)s->part ? io->gbudget - (int64_t)s->part : 0;
+            io->gbudget = io->gbudget > nb ? io->gbudget - nb : 0;
         pthread_mutex_unlock(&io->mu);
         int rc = part_read(s, sl, part);
         pthread_mutex_lock(&io->mu);
@@ -374,7 +377,7 @@ static void *io_main(void *arg)
         if (--io->nactive == 0)
             io->busy_ns += (uint64_t)((int64_t)shoal_now_ns() - io->active_t0);
         if (demand) {
-            io->busy_bytes += s->part;
+            io->busy_bytes += (uint64_t)nb;
             if (io->dactive == 0 && io->ring[0].len == 0)
                 io_gap_begin(io);
         }
