@@ -59,7 +59,8 @@ typedef struct hm_conn {
     uint64_t            pause_at;   /* HM_NONE, or where the mid stall is */
     uint64_t            queued;     /* body bytes added to the output */
     uint64_t            t0_us;      /* when the answer started (request log) */
-    struct ev_token_bucket_cfg *rl;
+    struct ev_token_bucket_cfg *rl;  /* the connection's cap, kept across its requests */
+    uint64_t            rl_bw;      /* the rate rl was made for */
 } hm_conn;
 
 static void conn_read_cb(struct bufferevent *bev, void *arg);
@@ -216,11 +217,6 @@ static void conn_body_release(hm_conn *c)
         close(c->file_fd);
         c->file_fd = -1;
     }
-    if (c->rl) {
-        bufferevent_set_rate_limit(c->bev, NULL);
-        ev_token_bucket_cfg_free(c->rl);
-        c->rl = NULL;
-    }
 }
 
 static void conn_free(hm_conn *c, int reset)
@@ -332,14 +328,28 @@ static void conn_start_send(hm_conn *c)
     if (!c->req.is_head && r->stall_mid > 0)
         c->pause_at = c->stop_at / 2;
     c->queued = 0;
-    if (r->bw > 0 && !c->req.is_head) {
-        /* Token bucket per 100 ms so a cap shows within a fraction of a second. */
+    if (r->bw > 0 && !c->req.is_head && c->rl_bw != r->bw) {
+        /* Token bucket per 100 ms so a cap shows within a fraction of a second.
+         * It stays on the connection for its later requests: a fresh, full
+         * bucket per response would let a client that asks for many small
+         * ranges on one connection beat the cap (a CDN caps the connection). */
         struct timeval tick = { 0, 100000 };
         size_t per_tick = r->bw / 10 ? (size_t)(r->bw / 10) : 1;
-        c->rl = ev_token_bucket_cfg_new(EV_RATE_LIMIT_MAX, EV_RATE_LIMIT_MAX, per_tick,
-                                        per_tick, &tick);
-        if (c->rl)
-            bufferevent_set_rate_limit(c->bev, c->rl);
+        struct ev_token_bucket_cfg *rl = ev_token_bucket_cfg_new(EV_RATE_LIMIT_MAX,
+                                                                 EV_RATE_LIMIT_MAX, per_tick,
+                                                                 per_tick, &tick);
+        if (rl) {
+            bufferevent_set_rate_limit(c->bev, rl);
+            if (c->rl)
+                ev_token_bucket_cfg_free(c->rl);
+            c->rl = rl;
+            c->rl_bw = r->bw;
+        }
+    } else if (r->bw == 0 && c->rl && !c->req.is_head) {
+        bufferevent_set_rate_limit(c->bev, NULL);    /* the cap was cleared */
+        ev_token_bucket_cfg_free(c->rl);
+        c->rl = NULL;
+        c->rl_bw = 0;
     }
     evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", r->status, status_reason(r->status));
     if (r->headers.len)
