@@ -15,6 +15,7 @@
 # BENCH_FETCH_EXPERTS (default 8) sets the slice size: 8 -> 24 experts, 421 MB.
 set -eu
 cd "$(dirname "$0")/../.."
+. bench/lib/hub.sh
 BIN=${BIN:-bin}
 OUT=${SHOAL_BENCH_OUT:-bench/out/results.jsonl}
 mkdir -p "$(dirname "$OUT")"
@@ -27,13 +28,7 @@ HPID=
 trap '[ -n "$HPID" ] && kill "$HPID" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"' EXIT
 
 "$BIN/mkmodel" --quiet --preset slice --experts "${BENCH_FETCH_EXPERTS:-8}" --out "$T/model"
-"$BIN/hubmock" --repo org/slice="$T/model" >"$T/hub.log" 2>&1 &
-HPID=$!
-for _ in $(seq 300); do grep -q '^hub ' "$T/hub.log" && break; sleep 0.1; done
-HUB=$(sed -n 's/^hub \(http:[^ ]*\) cdn .*/\1/p' "$T/hub.log")
-[ -n "$HUB" ] || { echo "bench/fetch: hubmock did not start"; cat "$T/hub.log"; exit 1; }
-export HF_ENDPOINT=$HUB
-unset HF_TOKEN HUGGING_FACE_HUB_TOKEN
+bench_hubmock bench/fetch "$T/model"
 
 /usr/bin/python3 - "$T" "$HUB" "$BIN" "$OUT" <<'PYEOF'
 import json, os, resource, struct, subprocess, sys, time

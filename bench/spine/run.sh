@@ -9,6 +9,7 @@
 # is pack / quantize (lower is better).
 set -eu
 cd "$(dirname "$0")/../.."
+. bench/lib/hub.sh
 BIN=${BIN:-bin}
 OUT=${SHOAL_BENCH_OUT:-bench/out/results.jsonl}
 RUNS=${BENCH_SPINE_RUNS:-3}
@@ -21,13 +22,7 @@ HPID= DPID=
 trap '[ -n "$DPID" ] && kill "$DPID" 2>/dev/null; [ -n "$HPID" ] && kill "$HPID" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"' EXIT
 
 "$BIN/mkmodel" --quiet --preset slice --out "$T/model"
-"$BIN/hubmock" --repo org/slice="$T/model" >"$T/hub.log" 2>&1 &
-HPID=$!
-for _ in $(seq 300); do grep -q '^hub ' "$T/hub.log" && break; sleep 0.1; done
-HUB=$(sed -n 's/^hub \(http:[^ ]*\) cdn .*/\1/p' "$T/hub.log")
-[ -n "$HUB" ] || { echo "bench/spine: hubmock did not start"; cat "$T/hub.log"; exit 1; }
-export HF_ENDPOINT=$HUB
-unset HF_TOKEN HUGGING_FACE_HUB_TOKEN
+bench_hubmock bench/spine "$T/model"
 mkdir -p "$T/home"
 "$BIN/shoald" --home "$T/home" --no-fsync --log "$T/shoald.log" &
 DPID=$!

@@ -21,6 +21,7 @@
 # prefill runs (the figure is the run with the median ratio).
 set -eu
 cd "$(dirname "$0")/../.."
+. bench/lib/hub.sh
 BIN=${BIN:-bin}
 OUT=${SHOAL_BENCH_OUT:-bench/out/results.jsonl}
 mkdir -p "$(dirname "$OUT")"
@@ -33,12 +34,6 @@ HPID=
 trap '[ -n "$HPID" ] && kill "$HPID" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"' EXIT
 
 "$BIN/mkmodel" --quiet --preset slice --out "$T/model"
-"$BIN/hubmock" --repo org/slice="$T/model" >"$T/hub.log" 2>&1 &
-HPID=$!
-for _ in $(seq 300); do grep -q '^hub ' "$T/hub.log" && break; sleep 0.1; done
-HUB=$(sed -n 's/^hub \(http:[^ ]*\) cdn .*/\1/p' "$T/hub.log")
-[ -n "$HUB" ] || { echo "bench/stream: hubmock did not start"; cat "$T/hub.log"; exit 1; }
-export HF_ENDPOINT=$HUB
-unset HF_TOKEN HUGGING_FACE_HUB_TOKEN
+bench_hubmock bench/stream "$T/model"
 
 /usr/bin/python3 "$(dirname "$0")/stream.py" "$T" "$HUB" "$BIN" "$OUT" "${BENCH_STREAM_TOKENS:-4}"
