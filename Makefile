@@ -1,8 +1,9 @@
 # shoal — plain Makefile.  `make help` lists the targets.
 #
-# Layout: every component folder (common fetcher cache engine ...) builds
-# into one static library under build/; every tool folder under tools/ and
-# the daemon build one binary each into bin/.  Unit tests are one cmocka
+# Layout: every component folder (common fetcher cache, and each room of
+# engine/: text kernels forward source serve) builds into one static library
+# under build/; every tool folder under tools/, the daemon and engine/cli/
+# build one binary each into bin/.  Unit tests are one cmocka
 # program per tests/unit/<component>/test_*.c; integration tests are the
 # scripts tests/integration/test_*.sh.  tests/run.sh runs them all.
 
@@ -26,11 +27,15 @@ LDFLAGS   += -pthread $(SANITIZE)
 LDLIBS    += -lm
 
 # ---- components (static libraries) --------------------------------------
-COMPONENTS := common fetcher cache engine
+# The engine's rooms (docs/README.md): engine/cli/ is the program and no
+# library; the others are one library each, and `make lint` checks which
+# room may include which.
+ENGINE_ROOMS := text kernels forward source serve
+COMPONENTS := common fetcher cache $(ENGINE_ROOMS)
 common_SRC  := $(wildcard common/*.c)
 fetcher_SRC := $(wildcard fetcher/*.c)
 cache_SRC   := $(wildcard cache/*.c)
-engine_SRC  := $(filter-out engine/main.c,$(wildcard engine/*.c engine/kernels/*.c))
+$(foreach r,$(ENGINE_ROOMS),$(eval $(r)_SRC := $(wildcard engine/$(r)/*.c)))
 
 # Per-file flags: ISA variants of the kernels are compiled for their ISA
 # only; the code that calls them checks the CPU once at start-up.
@@ -46,13 +51,19 @@ lib  = $(BUILD)/lib$(1).a
 
 # Link order: users before what they use.  Each binary and test links only
 # the components it needs (so one component's half-written change does not
-# break another's build); unknown ones get everything.
-ALL_LIBS := $(call lib,engine) $(call lib,fetcher) $(call lib,cache) $(call lib,common)
+# break another's build); unknown ones get everything.  An engine room's
+# list is what docs/README.md says it may use.
+ALL_LIBS := $(foreach c,serve source forward text kernels fetcher cache common,$(call lib,$(c)))
 libs_for = $(if $(LIBS_$(1)),$(foreach c,$(LIBS_$(1)),$(call lib,$(c))),$(ALL_LIBS))
 LIBS_common   := common
 LIBS_fetcher  := fetcher cache common
 LIBS_cache    := cache common
-LIBS_engine   := engine common
+LIBS_text     := text common
+LIBS_kernels  := kernels common
+LIBS_forward  := forward kernels common
+LIBS_source   := source forward kernels common
+LIBS_serve    := serve source forward text kernels common
+LIBS_engine   := forward kernels common   # bench/engine: the forward pass alone
 LIBS_mkmodel  := common
 LIBS_hubmock  := common
 LIBS_stinfo   := common
@@ -60,18 +71,18 @@ LIBS_hubget   := fetcher common
 LIBS_shoal-fetch := fetcher cache common
 LIBS_shoald   := fetcher cache common
 LIBS_shoalc   := common
-LIBS_shoal-engine := engine common
+LIBS_shoal-engine := serve source forward text kernels common
 LIBS_shoal    := cache common
 
 # ---- binaries -------------------------------------------------------------
 # tools/<name>/*.c -> bin/<name>; daemon/*.c -> bin/shoald;
-# engine/main.c -> bin/shoal-engine.
+# engine/cli/*.c -> bin/shoal-engine.
 TOOLS    := $(notdir $(patsubst %/,%,$(dir $(wildcard tools/*/main.c))))
 BINARIES := $(addprefix $(BIN)/,$(TOOLS))
 ifneq ($(wildcard daemon/main.c),)
 BINARIES += $(BIN)/shoald
 endif
-ifneq ($(wildcard engine/main.c),)
+ifneq ($(wildcard engine/cli/main.c),)
 BINARIES += $(BIN)/shoal-engine
 endif
 
@@ -130,7 +141,7 @@ $(BIN)/shoald: $(call objs,$(wildcard daemon/*.c)) $(call libs_for,shoald)
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
 
-$(BIN)/shoal-engine: $(call objs,engine/main.c) $(call libs_for,shoal-engine)
+$(BIN)/shoal-engine: $(call objs,$(wildcard engine/cli/*.c)) $(call libs_for,shoal-engine)
 	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
 
@@ -147,7 +158,6 @@ $(BUILD)/bench/$(1): $(wildcard bench/$(1)/*.c) $(call objs,$(BENCHLIB_SRC)) $(c
 	$$(CC) $$(CFLAGS) $$(PKG_CFLAGS) -o $$@ $(wildcard bench/$(1)/*.c) $(call objs,$(BENCHLIB_SRC)) $(call libs_for,$(1)) $$(LDFLAGS) $$(PKG_LIBS) $$(LDLIBS)
 endef
 BENCH_NAMES := $(patsubst bench/%/main.c,%,$(BENCH_SRC))
-LIBS_kernels := engine common
 $(foreach b,$(BENCH_NAMES),$(eval $(call BENCH_RULE,$(b))))
 
 tests-build: all $(UNIT_BINS)

@@ -24,9 +24,7 @@
  * SHOAL_BENCH_QUICK=1: fewer tokens and rounds.
  */
 #include "bench/lib/bench.h"
-#include "engine/expert_source.h"
-#include "engine/model.h"
-#include "engine/session.h"
+#include "engine/forward/forward.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -5,8 +5,8 @@
  * value is the process exit status (0 success, 1 failure, 2 usage error).
  * Commands print to stdout/stderr: they are the program's edge.
  */
-#ifndef SHOAL_ENGINE_COMMANDS_H
-#define SHOAL_ENGINE_COMMANDS_H
+#ifndef SHOAL_ENGINE_CLI_INT_H
+#define SHOAL_ENGINE_CLI_INT_H
 
 /* shoal-engine tokenize: text on stdin -> token ids (or back with --decode).
  * engine/cmd_tokenize.c; `shoal-engine tokenize --help` for the options. */

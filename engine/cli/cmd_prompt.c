@@ -22,9 +22,9 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/path.h"
-#include "engine/chat.h"
-#include "engine/commands.h"
-#include "engine/generate.h"
+#include "engine/text/text.h"
+#include "engine/cli/cli_int.h"
+#include "engine/serve/serve.h"
 
 typedef struct prompt_opts {
     const char *model, *prompt, *system, *effort, *home;

@@ -28,11 +28,9 @@
 #include "common/log.h"
 #include "common/path.h"
 #include "common/sys.h"
-#include "engine/commands.h"
-#include "engine/expert_source.h"
-#include "engine/model.h"
-#include "engine/remote.h"
-#include "engine/session.h"
+#include "engine/cli/cli_int.h"
+#include "engine/forward/forward.h"
+#include "engine/source/source.h"
 
 typedef struct run_opts {
     const char *model;

@@ -16,10 +16,9 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "common/path.h"
-#include "engine/commands.h"
-#include "engine/generate.h"
-#include "engine/model.h"
-#include "engine/server.h"
+#include "engine/cli/cli_int.h"
+#include "engine/serve/serve.h"
+#include "engine/forward/forward.h"
 
 static void usage(FILE *f)
 {

@@ -17,8 +17,8 @@
 #include "common/err.h"
 #include "common/json.h"
 #include "common/sys.h"
-#include "engine/commands.h"
-#include "engine/tokenizer.h"
+#include "engine/cli/cli_int.h"
+#include "engine/text/text.h"
 
 #define INPUT_MAX ((size_t)1 << 31)
 

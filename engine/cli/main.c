@@ -6,7 +6,7 @@
 
 #include "common/log.h"
 #include "common/version.h"
-#include "engine/commands.h"
+#include "engine/cli/cli_int.h"
 
 static void usage(FILE *f)
 {

@@ -1,7 +1,7 @@
 /* expert_source.c — the expert-source wrapper (stats, timing) and the
  * local-directory implementation (see expert_source.h).  Does not own any
  * network or daemon code. */
-#include "engine/expert_source.h"
+#include "engine/forward/forward.h"
 
 #include <stdlib.h>
 

@@ -2,7 +2,7 @@
  * (k3.md §3.2 AttnRes stream, §3.6 chunking; the sublayers are in
  * layers.c).  Owns allocation of state and scratch, token checks, the
  * AttnRes bookkeeping and the head.  Does not own weights or experts. */
-#include "engine/session_int.h"
+#include "engine/forward/forward_int.h"
 
 #include <stdlib.h>
 #include <string.h>

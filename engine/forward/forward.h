@@ -1,4 +1,83 @@
-/* model.h — a K3-family model bound from a local snapshot directory: the
+/* forward.h — the engine's forward pass: a K3 model bound in memory and one
+ * sequence run through it, on CPU.  It takes its routed experts through the
+ * expert-source interface (part 4) and knows neither shoald nor HTTP; it
+ * uses engine/kernels/ and common/ only (never common/client.h).
+ *
+ * Five parts, each with its own contract below, in the order they build on
+ * each other:
+ *   1. ops          the small per-token steps (ops.c)
+ *   2. the model    config, weights with their shapes, binding (model.c)
+ *   3. spine pack   the int8 spine serialized (spine_pack.c)
+ *   4. experts      the expert-source interface and the local source
+ *                   (expert_source.c)
+ *   5. sessions     one sequence's state and the pass itself (forward.c,
+ *                   with the router lookahead in lookahead.c)
+ * forward.c reads top to bottom as one token flows through the stack.
+ */
+#ifndef SHOAL_ENGINE_FORWARD_H
+#define SHOAL_ENGINE_FORWARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "common/k3_config.h"
+#include "engine/kernels/kernels.h"
+
+/* ---- 1. ops ---------------------------------------------------------------
+ *
+ * the small per-token operations of the K3 forward pass
+ * (specs/k3.md §3) that are not matrix products: RMSNorm, the AttnRes mix,
+ * the router's top-k, the KDA L2 norm and one delta-rule step.
+ *
+ * Owns: the arithmetic of these steps and its summation order.  Does not own
+ * weights, state lifetimes nor threading (forward.c calls these per token and
+ * per head).  Public so unit tests can check each step against
+ * a hand computation.
+ *
+ * Numerics: inputs and outputs are f32; reductions over a vector (sums of
+ * squares, dot products, softmax) are accumulated in double, which costs
+ * nothing at these sizes and keeps the f32 path within 1e-5 of the float64
+ * reference.
+ */
+
+/* Logistic sigmoid, 1 / (1 + e^-x), without overflow for large |x|. */
+float engine_sigmoid(float x);
+
+/* out = w ⊙ x / sqrt(mean(x²) + eps) over n values.  out may alias x. */
+void engine_rmsnorm(const float *x, const float *w, size_t n, double eps, float *out);
+
+/* AttnRes Mix (k3.md §3.2): V = anchors[0..n_anchors) ++ [prefix];
+ * score_i = Σ_d V_i[d]·sw[d] / sqrt(mean(V_i²) + eps) with sw = w_norm ⊙
+ * w_proj precomputed; out = Σ_i softmax(score)_i · V_i (raw vectors).
+ * out may alias prefix but no anchor.  n_anchors may be 0 (out = prefix). */
+void engine_attnres_mix(const float *prefix, const float *const *anchors, size_t n_anchors,
+                        const float *sw, size_t dim, double eps, float *out);
+
+/* Router selection (k3.md §3.5 steps 2-3): the k largest of scores+bias,
+ * ties to the lowest index, written to ids[0..k) best first (routing order);
+ * weights[i] = scores[ids[i]] / (Σ selected scores + 1e-20) · scaling when
+ * renormalize, else scores[ids[i]] · scaling.  k <= n.  bias may be NULL. */
+void engine_route_topk(const float *scores, const float *bias, size_t n, size_t k,
+                       int renormalize, double scaling, int32_t *ids, float *weights);
+
+/* L2-normalize x[0..n) in place.  ENGINE_L2_FLA: x / sqrt(Σx² + 1e-6) (the
+ * spec's choice); ENGINE_L2_MAX: x / max(‖x‖, 1e-12) (Deltafin's form). */
+typedef enum engine_l2_mode { ENGINE_L2_FLA = 0, ENGINE_L2_MAX = 1 } engine_l2_mode;
+void engine_l2norm(float *x, size_t n, engine_l2_mode mode);
+
+/* One KDA delta-rule step for one head (k3.md §3.3 step 6).  S is [dk][dv]
+ * (S[k][v], row k = key dimension), alpha [dk] the per-key decay, beta the
+ * write strength:
+ *   S <- diag(alpha) S;  u = v - Sᵀk;  S <- S + beta·k uᵀ;  o = Sᵀq.
+ * o [dv]; tmp is scratch of dv floats. */
+void engine_kda_step(float *S, const float *q, const float *k, const float *v,
+                     const float *alpha, float beta, size_t dk, size_t dv,
+                     float *o, float *tmp);
+
+/* ---- 2. the model ---------------------------------------------------------
+ *
+ * a K3-family model bound from a local snapshot directory: the
  * config, every tensor as a typed view with its shape, and the location of
  * every routed expert's span.
  *
@@ -8,24 +87,14 @@
  * deriving the spine at load: BF16 matrices quantized to int8 with one scale
  * per row (or widened to f32 with ENGINE_SPINE_F32), small tensors widened to
  * f32.  Routed experts stay as mapped, never copied nor re-encoded.  Vision
- * tensors are never looked up.  Does not own running the model (session.h)
- * nor fetching experts (expert_source.h).
+ * tensors are never looked up.  Does not own running the model (part 5)
+ * nor fetching experts (part 4).
  *
  * Shapes use the config's names: D hidden, V vocab, P = KDA heads·head_dim,
  * Hk KDA heads, Dk KDA head dim, K conv taps, H MLA heads, ql q_lora_rank,
  * kl kv_lora_rank, nope/rope/vd head dims, E experts, L latent, I
  * moe_intermediate, Id dense intermediate, S = shared experts · I.
  */
-#ifndef SHOAL_ENGINE_MODEL_H
-#define SHOAL_ENGINE_MODEL_H
-
-#include <stddef.h>
-#include <stdint.h>
-
-#include "common/err.h"
-#include "common/k3_config.h"
-#include "engine/kernels/kernels.h"
-#include "engine/ops.h"
 
 typedef enum engine_spine { ENGINE_SPINE_INT8 = 0, ENGINE_SPINE_F32 = 1 } engine_spine;
 
@@ -43,7 +112,7 @@ typedef struct engine_model_options {
     double           mla_eps;     /* q_a / kv_a latent RMSNorm ε (1e-6) */
     kernels_pool    *pool;        /* threads for quantizing at load; may be NULL */
     /* int8 spine only: take every derived matrix from this pack instead of
-     * quantizing (engine/spine_pack.h); it must outlive the model.  NULL:
+     * quantizing (part 3); it must outlive the model.  NULL:
      * derive them. */
     struct spine_pack *pack;
 } engine_model_options;
@@ -174,5 +243,266 @@ void engine_model_embed(const engine_model *m, int32_t token, float *out);
  * as is.  0 or a negative code. */
 int engine_mat_mul(kernels_pool *pool, const engine_mat *m, const float *x, size_t n,
                    float *y, kernels_act *act, shoal_err *err);
+
+/* ---- 3. the spine pack ----------------------------------------------------
+ *
+ * the int8 spine serialized: every matrix the engine derives
+ * from the BF16 spine at load (int8 + per-row scales, or f32 for the gate
+ * paths and narrow matrices), in load order, so a later load maps it
+ * instead of fetching and quantizing (docs/engine.md, "Cached int8 spine").
+ *
+ * Owns: writing a bound model's derived matrices to a descriptor, and
+ * parsing a pack strictly — it crosses a process boundary (it comes back
+ * from shoald's cache), so every offset and size is checked against the
+ * pack's length at open, and every matrix against what the model's config
+ * expects when the model takes it (spine_pack_next).  Does not own where
+ * the bytes live (the caller maps them and keeps them mapped) nor the
+ * vectors, norms and the embedding (those stay their own objects).
+ *
+ * Threads: a pack is used by one thread (the model load).
+ */
+
+#define SPINE_PACK_FORMAT  1     /* the layout below */
+#define SPINE_PACK_QUANT   1     /* kernels_q8_quantize_* numerics it was made with */
+/* The derived-object name in shoald: format and quantizer versions are in
+ * it, so a change of either is another object. */
+#define SPINE_PACK_NAME    "spine-int8-p1-q1"
+#define SPINE_PACK_ALIGN   64
+#define SPINE_PACK_HEADER  64
+
+typedef struct spine_pack spine_pack;
+
+/* Write m's derived matrices (m bound with the int8 spine, not from a pack)
+ * as a pack to fd from its current position, for the config whose bytes
+ * are config[0..config_len).  *len_out: bytes written; xxh128_out: their
+ * XXH3-128, canonical (big-endian).  0 or a negative code. */
+int spine_pack_write(const engine_model *m, const uint8_t *config, size_t config_len, int fd,
+                     uint64_t *len_out, uint8_t xxh128_out[16], shoal_err *err);
+
+/* Parse the pack data[0..len) (borrowed: keep it mapped while the pack and
+ * any model bound from it live) made for config[0..config_len).
+ * SHOAL_EFORMAT naming what is wrong; SHOAL_EUNSUPPORTED for another format
+ * or quantizer version; SHOAL_ECORRUPT when the table's hash fails. */
+int spine_pack_open(const uint8_t *data, uint64_t len, const uint8_t *config,
+                    size_t config_len, spine_pack **out, shoal_err *err);
+void spine_pack_free(spine_pack *p);
+
+size_t spine_pack_count(const spine_pack *p);
+/* Is `name` the source tensor of some matrix in the pack? */
+int spine_pack_covers(const spine_pack *p, const char *name);
+
+/* The model's next matrix: it must be `name`, [rows, cols], f32 or int8 as
+ * asked, else SHOAL_EFORMAT naming the difference.  out views the pack. */
+int spine_pack_next(spine_pack *p, const char *name, size_t rows, size_t cols, int f32,
+                    engine_mat *out, shoal_err *err);
+/* Matrices not taken yet (0 after a complete load). */
+size_t spine_pack_remaining(const spine_pack *p);
+/* Start taking from the first matrix again (another load). */
+void spine_pack_rewind(spine_pack *p);
+
+/* ---- 4. expert sources ----------------------------------------------------
+ *
+ * where the routed experts' bytes come from.
+ *
+ * Owns: the contract between the MoE layer and an expert provider.  The
+ * layer asks once per MoE layer (and chunk) for every distinct expert it
+ * needs; the source calls back once per expert, in whatever order the bytes
+ * become ready, with a borrowed pointer to the expert's whole span (the six
+ * records back to back, k3.md §2: cfg.expert_bytes bytes) or with an error.
+ * The layer computes each expert inside its callback, so I/O and compute
+ * overlap for sources that deliver progressively.
+ *
+ * Implementations:
+ *   - local (expert_source_local_new): a bound local snapshot directory; the
+ *     span points into the model's read-only mapping and every callback runs
+ *     before fetch returns, in the order asked;
+ *   - shoald (expert_source_shoald_new in engine/source/source.h, DESIGN.md
+ *     decision 9): batched GETs through common/client.h, each returned
+ *     descriptor mapped (or read, per the page-cache policy) and called back
+ *     as it arrives; it holds the engine's RAM tier (experts kept mapped, a
+ *     quota per layer, least recently used out first) and the prefetches
+ *     (expert_source_request), and REPORTs RAM hits to shoald.
+ * The forward pass sees only this interface: it knows neither shoald nor
+ * HTTP.
+ *
+ * Does not own routing, compute, nor the predictions (forward.c,
+ * lookahead.c).
+ */
+
+/* Where a delivered expert came from (DESIGN.md decision 9). */
+typedef enum expert_tier {
+    EXPERT_TIER_RAM = 0,      /* the engine's own expert cache */
+    EXPERT_TIER_LOCAL = 1,    /* a local snapshot's mapping (page cache or disk) */
+    EXPERT_TIER_DISK = 2,     /* shoald's disk cache */
+    EXPERT_TIER_NETWORK = 3,  /* fetched upstream by shoald */
+    EXPERT_TIER_COUNT
+} expert_tier;
+
+const char *expert_tier_name(expert_tier t);
+
+/* Called once per requested expert.  On success status is 0 and span holds
+ * `bytes` bytes, borrowed until the callback returns.  On failure status is
+ * negative, span NULL and detail says why.  Return 0 to go on; a negative
+ * return stops the fetch (remaining experts are not delivered) and fetch
+ * returns that code. */
+typedef int (*expert_ready_fn)(void *ctx, int layer, int32_t expert, const uint8_t *span,
+                               size_t bytes, expert_tier tier, int status,
+                               const shoal_err *detail);
+
+typedef struct expert_source_stats {
+    uint64_t experts;                    /* spans delivered */
+    uint64_t bytes;                      /* their bytes */
+    uint64_t hits[EXPERT_TIER_COUNT];    /* spans per tier */
+    uint64_t wait_ns;                    /* time fetch spent not in callbacks */
+    /* filled by sources that prefetch / keep a RAM tier (0 otherwise) */
+    uint64_t prefetch_sent;              /* experts asked for as a guess */
+    uint64_t prefetch_used;              /* ... that a fetch then used */
+    uint64_t prefetch_early;             /* ... that were already in when fetched */
+    uint64_t ram_resident;               /* experts held in the RAM tier now */
+    uint64_t ram_bytes;                  /* their bytes */
+    uint64_t ram_quota;                  /* experts per MoE layer the tier may hold */
+    /* sources that read with their own threads (0 otherwise) */
+    uint64_t read_bytes;                 /* read for demand and guesses */
+    uint64_t read_guess_bytes;           /* ... of them read as a guess */
+    uint64_t read_busy_ns;               /* time at least one read was running */
+} expert_source_stats;
+
+typedef struct expert_source expert_source;
+
+/* The implementation's side: every source provides these. */
+typedef struct expert_source_ops {
+    /* Deliver ids[0..n) of `layer` (distinct ids) through fn. */
+    int (*fetch)(void *impl, int layer, const int32_t *ids, size_t n,
+                 expert_ready_fn fn, void *ctx, shoal_err *err);
+    void (*free)(void *impl);
+} expert_source_ops;
+
+/* Optional operations (expert_source_new_more). */
+typedef struct expert_source_more_ops {
+    /* Start moving ids of `layer` towards the engine without
+     * waiting.  prefetch 1: a guess, at low priority and cancelled when the
+     * layer's own fetch comes; 0: the layer fetches exactly these next. */
+    int (*request)(void *impl, int layer, const int32_t *ids, size_t n, int prefetch,
+                   shoal_err *err);
+    /* Optional: add the source's own counters (prefetch_*, ram_*). */
+    void (*stats)(void *impl, expert_source_stats *out);
+} expert_source_more_ops;
+
+/* Wrap an implementation (taken: freed by expert_source_free).  NULL on no
+ * memory (impl is then freed through ops->free). */
+expert_source *expert_source_new(const expert_source_ops *ops, void *impl);
+/* The same with the optional operations (more may be NULL). */
+expert_source *expert_source_new_more(const expert_source_ops *ops,
+                                      const expert_source_more_ops *more, void *impl);
+void expert_source_free(expert_source *src);
+
+/* Fetch ids[0..n) of MoE layer `layer`; fn runs once per delivered expert.
+ * Returns 0 when every expert was delivered and every callback returned 0;
+ * otherwise the first negative code (from the source or a callback), with
+ * err filled.  Counts into the source's stats. */
+int expert_source_fetch(expert_source *src, int layer, const int32_t *ids, size_t n,
+                        expert_ready_fn fn, void *ctx, shoal_err *err);
+
+void expert_source_stats_get(const expert_source *src, expert_source_stats *out);
+
+/* See expert_source_more_ops.request; a no-op (0) for sources without it. */
+int expert_source_request(expert_source *src, int layer, const int32_t *ids, size_t n,
+                          int prefetch, shoal_err *err);
+
+/* The local-directory source over a bound model (borrowed: must outlive the
+ * source).  NULL on no memory. */
+expert_source *expert_source_local_new(const engine_model *m);
+
+/* ---- 5. sessions ----------------------------------------------------------
+ *
+ * one sequence running through a bound model: its decode state
+ * (KDA conv windows and recurrent states, the MLA latent cache, the
+ * position) and the forward pass over chunks of tokens (k3.md §3, §3.6).
+ *
+ * Owns: per-sequence state and scratch, the layer-major chunked forward
+ * pass, timing and expert-load counts.  Does not own weights (part 2, read
+ * only and shareable between sessions), nor where experts come from
+ * (part 4, borrowed), nor sampling (the caller picks tokens from
+ * the logits).
+ *
+ * Chunked prefill: a chunk of n tokens runs layer by layer; every matrix
+ * product takes the n vectors at once; sequential state (KDA conv and
+ * recurrence, the MLA cache) advances token by token in position order; each
+ * MoE layer fetches the union of the chunk's routed experts once.  Results do
+ * not depend on n: see docs/engine.md for what is bit-identical and why.
+ */
+
+/* Called after each layer with the layer output h of position `pos`
+ * (dim values, borrowed for the call).  For per-layer comparisons. */
+typedef void (*engine_hidden_fn)(void *ctx, int64_t pos, int layer, const float *h, size_t dim);
+
+typedef struct engine_session_options {
+    kernels_numerics experts;   /* routed-expert numerics: KERNELS_FAST / KERNELS_EXACT */
+    size_t chunk;               /* most tokens per forward chunk, >= 1 */
+    kernels_pool *pool;         /* borrowed; NULL = caller's thread only */
+    expert_source *src;         /* borrowed; required if the model has MoE layers */
+    engine_hidden_fn hidden;    /* optional */
+    void *hidden_ctx;
+    /* Router lookahead (docs/performance.md): 0 guesses the next MoE
+     * layer's experts and prefetches them; 1 scores the guesses (recall)
+     * without sending them; 2 does neither. */
+    int no_prefetch;
+    double prefetch_cutoff;     /* recall below which a layer stops; 0: 0.5 */
+} engine_session_options;
+
+/* One MoE layer's predictors: how many of the experts it used had been
+ * guessed by the router lookahead and by the previous call's set. */
+typedef struct engine_layer_recall {
+    uint64_t look_hits, look_total;
+    uint64_t prev_hits, prev_total;
+    uint64_t prefetches;        /* experts sent as guesses for this layer */
+    int predictor;              /* last choice: 0 none (recall too low), 1 lookahead, 2 previous */
+} engine_layer_recall;
+
+typedef struct engine_session_stats {
+    uint64_t positions;         /* tokens run through the stack */
+    uint64_t chunks;
+    uint64_t moe_calls;         /* MoE layer runs (one per MoE layer per chunk) */
+    uint64_t expert_loads;      /* distinct experts fetched, summed over MoE calls */
+    uint64_t expert_uses;       /* (token, expert) pairs computed */
+    uint64_t spine_ns;          /* int8/f32 spine products (projections, router, head) */
+    uint64_t attn_ns;           /* KDA conv/recurrence, MLA scores and context */
+    uint64_t expert_ns;         /* routed-expert compute, inside the source's callbacks */
+    uint64_t wait_ns;           /* in the expert source, outside callbacks */
+    uint64_t moe_ns;            /* whole MoE layers (routing .. output), for per-layer time */
+    uint64_t total_ns;          /* whole forward calls */
+} engine_session_stats;
+
+typedef struct engine_session engine_session;
+
+/* A new empty sequence (position 0).  0, or SHOAL_EINVAL / SHOAL_ENOMEM
+ * with *out NULL. */
+int engine_session_new(const engine_model *m, const engine_session_options *opt,
+                       engine_session **out, shoal_err *err);
+void engine_session_free(engine_session *s);
+
+/* Run tokens[0..n) at positions pos..pos+n-1, in chunks of at most
+ * opt.chunk, and write the logits of the last one to logits[V] (NULL: skip
+ * the head).  Every id is checked first: one outside [0, V) is refused with
+ * SHOAL_ERANGE and nothing runs.  On another failure the session is left in
+ * an undefined state: free it. */
+int engine_session_run(engine_session *s, const int32_t *tokens, size_t n, float *logits,
+                       shoal_err *err);
+
+/* Make dst continue from where src is: copy the decode state (KDA states,
+ * the MLA cache up to the position, the position).  Both sessions belong
+ * to the same model; dst's previous state is replaced, its options and
+ * stats are kept.  0 or SHOAL_ENOMEM (dst unchanged but possibly with a
+ * larger cache) / SHOAL_EINVAL (another model). */
+int engine_session_copy(engine_session *dst, const engine_session *src, shoal_err *err);
+
+int64_t engine_session_pos(const engine_session *s);
+/* Bytes this session holds: decode state (KDA, MLA cache at its current
+ * capacity) and scratch, including the kernels' activation buffers. */
+uint64_t engine_session_bytes(const engine_session *s);
+void engine_session_stats_get(const engine_session *s, engine_session_stats *out);
+
+/* The predictors of `layer` (zeros for a dense layer). */
+void engine_session_recall(const engine_session *s, int layer, engine_layer_recall *out);
 
 #endif

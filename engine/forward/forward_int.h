@@ -1,9 +1,9 @@
 /* session_int.h — what session.c and layers.c share: the session struct,
  * its scratch, and the per-layer-kind functions.  Private to engine/. */
-#ifndef SHOAL_ENGINE_SESSION_INT_H
-#define SHOAL_ENGINE_SESSION_INT_H
+#ifndef SHOAL_ENGINE_FORWARD_INT_H
+#define SHOAL_ENGINE_FORWARD_INT_H
 
-#include "engine/session.h"
+#include "engine/forward/forward.h"
 
 /* Scratch for one chunk of up to nmax tokens; sizes in floats per token. */
 typedef struct session_ws {

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/ops.h"
-#include "engine/session_int.h"
+#include "engine/forward/forward.h"
+#include "engine/forward/forward_int.h"
 
 /* Uses of a layer before its recall decides (at least two tokens' worth). */
 #define NWARM 8

@@ -9,7 +9,7 @@
  *
  * Does not own the forward pass, nor any per-sequence state.
  */
-#include "engine/model.h"
+#include "engine/forward/forward.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,7 +27,6 @@
 #include "common/log.h"
 #include "common/path.h"
 #include "common/safetensors.h"
-#include "engine/spine_pack.h"
 
 #define PREFIX "language_model."
 #define NAME_MAX_LEN 256

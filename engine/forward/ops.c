@@ -1,6 +1,6 @@
 /* ops.c — RMSNorm, AttnRes mix, router top-k, L2 norm and the KDA step
  * (see ops.h).  Owns only arithmetic; no allocation, no state. */
-#include "engine/ops.h"
+#include "engine/forward/forward.h"
 
 #include <math.h>
 #include <string.h>

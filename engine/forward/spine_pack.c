@@ -18,7 +18,7 @@
  *   data: int8 [rows][cols] + f32 scales [rows], or f32 [rows][cols]; each
  *     array at a multiple of 64 from the pack's start.
  */
-#include "engine/spine_pack.h"
+#include "engine/forward/forward.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -16,7 +16,7 @@
 
 #include "common/log.h"
 #include "common/sys.h"
-#include "engine/generate.h"
+#include "engine/serve/serve.h"
 
 typedef struct gen_slot {
     void     *state;       /* NULL: empty */

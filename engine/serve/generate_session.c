@@ -9,12 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/expert_source.h"
-#include "engine/generate.h"
+#include "engine/forward/forward.h"
+#include "engine/serve/serve.h"
 #include "engine/kernels/kernels.h"
-#include "engine/model.h"
-#include "engine/remote.h"
-#include "engine/session.h"
+#include "engine/source/source.h"
 
 typedef struct sess_backend {
     const engine_model *m;

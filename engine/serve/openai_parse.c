@@ -20,7 +20,7 @@
 
 #include "common/json.h"
 #include "common/utf8.h"
-#include "engine/openai.h"
+#include "engine/serve/serve.h"
 
 #define ERR_INVALID "invalid_request_error"
 

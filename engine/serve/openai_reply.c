@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/json.h"
-#include "engine/openai.h"
+#include "engine/serve/serve.h"
 
 static shoal_json *usage_obj(const openai_reply_info *ri)
 {

@@ -11,15 +11,14 @@
  *      it never touches the job; the loop frees the job on that message.
  *   4. job->cancel may be set by either thread (client gone, shutdown).
  */
-#ifndef SHOAL_ENGINE_SERVER_INT_H
-#define SHOAL_ENGINE_SERVER_INT_H
+#ifndef SHOAL_ENGINE_SERVE_INT_H
+#define SHOAL_ENGINE_SERVE_INT_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 
 #include "common/buf.h"
-#include "engine/openai.h"
-#include "engine/server.h"
+#include "engine/serve/serve.h"
 
 struct event_base;
 struct event;

@@ -32,7 +32,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/sys.h"
-#include "engine/server_int.h"
+#include "engine/serve/serve_int.h"
 
 #define TAG "server"
 #define ERR_NOT_FOUND_TYPE "invalid_request_error"

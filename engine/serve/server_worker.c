@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "engine/chat.h"
-#include "engine/server_int.h"
+#include "engine/text/text.h"
+#include "engine/serve/serve_int.h"
 
 #define TAG "server"
 

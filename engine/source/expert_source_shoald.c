@@ -45,7 +45,7 @@
  * Owns: slots, mappings and buffers, open GETs.  Does not own the client
  * connection nor the model handle (both borrowed).
  */
-#include "engine/expert_source.h"
+#include "engine/source/source.h"
 
 #include <assert.h>
 #include <errno.h>

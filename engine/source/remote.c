@@ -15,7 +15,7 @@
  * for the next load.  Any refusal is a warning and a fallback, never a
  * failed load.
  */
-#include "engine/remote.h"
+#include "engine/source/source.h"
 
 #include <fcntl.h>
 #include <xxhash.h>
@@ -31,7 +31,7 @@
 #include "common/manifest.h"
 #include "common/path.h"
 #include "common/sys.h"
-#include "engine/spine_pack.h"
+#include "engine/forward/forward.h"
 
 struct engine_remote {
     shoal_client *client;

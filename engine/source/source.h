@@ -1,4 +1,58 @@
-/* remote.h — a model served by shoald (DESIGN.md decision 9): the engine
+/* source.h — the engine's expert and spine sources outside the process:
+ * everything that talks to shoald (common/client.h).  Built on the forward
+ * pass's expert-source interface (engine/forward/forward.h, part 4); the
+ * forward pass never includes this header.
+ *
+ * Two parts:
+ *   1. the shoald expert source (expert_source_shoald.c): batched GETs,
+ *      the RAM tier, prefetches, parallel reads;
+ *   2. a model served by shoald (remote.c): OPEN, the spine GET'd and
+ *      bound, the expert source set up for it.
+ */
+#ifndef SHOAL_ENGINE_SOURCE_H
+#define SHOAL_ENGINE_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "engine/forward/forward.h"
+
+/* ---- 1. the shoald expert source -------------------------------------------
+ *
+ * Experts of a model opened on shoald, delivered through the expert-source
+ * interface (forward.h part 4, where the contract is).
+ */
+
+/* How expert bytes read from shoald's cache treat the page cache. */
+typedef enum expert_page_cache {
+    EXPERT_PC_KEEP = 0,       /* mmap: pages stay cached after use */
+    EXPERT_PC_DONTNEED = 1,   /* mmap, then posix_fadvise(DONTNEED) once unmapped */
+    EXPERT_PC_DIRECT = 2      /* O_DIRECT pread into the engine's own buffer */
+} expert_page_cache;
+
+typedef struct expert_source_shoald_options {
+    uint64_t expert_bytes;    /* from OPEN_OK */
+    int n_layers, experts_per_layer, moe_layers;
+    uint64_t ram_bytes;       /* RAM tier budget over all MoE layers; 0: none */
+    expert_page_cache page_cache;
+    int timeout_ms;           /* per item; <= 0: 60 s */
+    uint64_t read_part;       /* bytes per read part, rounded up to whole pages;
+                               * 0: the default (docs/performance.md) */
+} expert_source_shoald_options;
+
+/* The shoald source: experts of the model `handle` opened on `client`
+ * (both borrowed; one thread at a time uses the client).  An item that does
+ * not arrive within timeout_ms fails the fetch with SHOAL_ETIMEOUT, and a
+ * daemon that goes away fails it with SHOAL_ENET, so a dead daemon is an
+ * error, not a hang.  NULL on no memory. */
+struct shoal_client;
+expert_source *expert_source_shoald_new(struct shoal_client *client, uint32_t handle,
+                                        const expert_source_shoald_options *o);
+
+/* ---- 2. a model served by shoald ------------------------------------------
+ *
+ * a model served by shoald (DESIGN.md decision 9): the engine
  * side of `shoal-engine run hf://org/name`.
  *
  * Owns: the connection to shoald (common/client.h), the OPEN of the model,
@@ -9,15 +63,6 @@
  * Threads: one thread at a time (the client connection is shared by the
  * spine load and the expert source).
  */
-#ifndef SHOAL_ENGINE_REMOTE_H
-#define SHOAL_ENGINE_REMOTE_H
-
-#include <stddef.h>
-#include <stdint.h>
-
-#include "common/err.h"
-#include "engine/expert_source.h"
-#include "engine/model.h"
 
 typedef struct engine_remote engine_remote;
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/chat.h"
+#include "engine/text/text.h"
 
 /* The thinking-effort system message's text (k3.md §4), with the effort
  * spliced in where %s is.  The line break before "Now" is part of the

@@ -10,8 +10,8 @@
  *   4. byte_rank[b] is the rank of the single byte b (all 256 exist).
  *   5. specials are sorted by id; ids lie in [n_base, n_vocab).
  */
-#ifndef SHOAL_ENGINE_TOK_INT_H
-#define SHOAL_ENGINE_TOK_INT_H
+#ifndef SHOAL_ENGINE_TEXT_INT_H
+#define SHOAL_ENGINE_TEXT_INT_H
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "engine/tokenizer.h"
+#include "engine/text/text.h"
 
 #define TOK_NONE UINT32_MAX
 

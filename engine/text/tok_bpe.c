@@ -21,7 +21,7 @@
  *    fast.
  * The unit tests check both against each other.
  */
-#include "engine/tok_int.h"
+#include "engine/text/text_int.h"
 
 #include <assert.h>
 

@@ -11,7 +11,7 @@
  * give.  E.g. F0 9F 98 (a truncated emoji) -> one U+FFFD; ED A0 80 (a
  * surrogate) -> three; C0 AF -> two.
  */
-#include "engine/tok_int.h"
+#include "engine/text/text_int.h"
 
 #include <stdlib.h>
 #include <string.h>

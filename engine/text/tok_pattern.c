@@ -21,7 +21,7 @@
  * expanding the classes into code point lists (ties us to one Unicode
  * version in two places).
  */
-#include "engine/tok_int.h"
+#include "engine/text/text_int.h"
 
 #include <stdlib.h>
 #include <string.h>

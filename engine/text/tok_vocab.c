@@ -5,7 +5,7 @@
  * open-addressing table from byte string to rank, the rank -> bytes table,
  * the specials list.  Does not own the regex (tok_pattern.c) or encoding.
  */
-#include "engine/tok_int.h"
+#include "engine/text/text_int.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * (tok_vocab.c), the pattern (tok_pattern.c), the merge loop (tok_bpe.c)
  * or decoding (tok_decode.c).
  */
-#include "engine/tok_int.h"
+#include "engine/text/text_int.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common/buf.h"
-#include "engine/openai.h"
+#include "engine/serve/serve.h"
 
 #define REQUIRE(c) do { if (!(c)) __builtin_trap(); } while (0)
 

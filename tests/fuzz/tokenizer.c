@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "common/buf.h"
-#include "engine/tokenizer.h"
+#include "engine/text/text.h"
 
 static const char *const MERGES[] = {
     "th", "he", "the", " t", " the", "in", "ing", "an", "er", "  ", "    ", "\n\n", "'s",

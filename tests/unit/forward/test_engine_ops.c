@@ -10,8 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine/expert_source.h"
-#include "engine/ops.h"
+#include "engine/forward/forward.h"
 
 static void test_sigmoid(void **state)
 {

@@ -15,7 +15,7 @@
 #include <xxhash.h>
 
 #include "common/buf.h"
-#include "engine/spine_pack.h"
+#include "engine/forward/forward.h"
 
 static const char config[] = "{\"model_type\":\"kimi_k3\"}";
 

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "common/buf.h"
-#include "engine/generate.h"
+#include "engine/serve/serve.h"
 
 #define NV 50
 #define NCTX 64

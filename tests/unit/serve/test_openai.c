@@ -13,7 +13,7 @@
 
 #include "common/buf.h"
 #include "common/json.h"
-#include "engine/openai.h"
+#include "engine/serve/serve.h"
 
 static int parse(openai_kind k, const char *body, openai_request *r, openai_error *e)
 {

@@ -17,8 +17,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
-#include "engine/chat.h"
-#include "engine/tokenizer.h"
+#include "engine/text/text.h"
 
 static const char *const MERGES[] = {
     "ro", "le", "role", "me", "ss", "mess", "ag", "age", "message", "He", "ll", "llo",

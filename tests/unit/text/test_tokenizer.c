@@ -23,7 +23,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
-#include "engine/tokenizer.h"
+#include "engine/text/text.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
 

@@ -6,7 +6,7 @@
  *
  * Does not own the AttnRes stream, the head, nor allocation (session.c).
  */
-#include "engine/session_int.h"
+#include "engine/forward/forward_int.h"
 
 #include <math.h>
 #include <string.h>
