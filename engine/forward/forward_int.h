@@ -1,5 +1,6 @@
-/* session_int.h — what session.c and layers.c share: the session struct,
- * its scratch, and the per-layer-kind functions.  Private to engine/. */
+/* forward_int.h — what forward.c (the pass) and lookahead.c (the router
+ * lookahead) share: the session struct, its scratch, the spine product.
+ * Private to engine/forward/. */
 #ifndef SHOAL_ENGINE_FORWARD_INT_H
 #define SHOAL_ENGINE_FORWARD_INT_H
 
@@ -15,7 +16,7 @@ typedef struct session_ws {
     /* KDA */
     float *kq, *kk, *kv, *kg, *kz, *kfa, *kb, *ko;   /* [n][P] (kfa [n][Dk], kb [n][Hk]) */
     /* MLA */
-    float *mqa, *mq, *mkv, *mqabs, *mctx, *mo, *mg;  /* see layers.c */
+    float *mqa, *mq, *mkv, *mqabs, *mctx, *mo, *mg;  /* see layer_mla */
     float *mtmp_in, *mtmp_out;                        /* [n][max(kl, nope)] gathers */
     float *score;      /* [nthreads][cache cap] softmax rows */
     size_t score_cap;
@@ -74,21 +75,11 @@ struct engine_session {
 int session_mul(engine_session *s, const engine_mat *w, const float *x, size_t n, float *y,
                 shoal_err *err);
 
-/* Sublayers: x [n][D] normed input -> out [n][D]. */
-int layer_kda(engine_session *s, int layer, const float *x, size_t n, float *out, shoal_err *err);
-int layer_mla(engine_session *s, int layer, const float *x, size_t n, float *out, shoal_err *err);
-int layer_dense(engine_session *s, const engine_mlp_w *w, const float *x, size_t n, float *out,
-                shoal_err *err);
-int layer_moe(engine_session *s, int layer, const float *x, size_t n, float *out, shoal_err *err);
-
 /* lookahead.c: scratch, scoring the guesses against a layer's real set,
  * and guessing (then prefetching) the next MoE layer's from x [n][D]. */
 int lookahead_alloc(engine_session *s);
 void lookahead_free(engine_session *s);
 void lookahead_observe(engine_session *s, int layer, const int32_t *uniq, size_t nu);
 int lookahead_issue(engine_session *s, int layer, const float *x, size_t n, shoal_err *err);
-
-/* Grow the MLA cache to hold `need` positions. */
-int session_mla_reserve(engine_session *s, size_t need, shoal_err *err);
 
 #endif
