@@ -1,5 +1,6 @@
 /* fetch_int.h — the upstream shared by upstream.c (open, resolve, blocking
- * reads), model.c (the manifest) and xfer.c (sessions).  Private to fetcher/.
+ * reads), model.c (the manifest) and xfer_*.c (sessions; their own shared
+ * layout is fetcher/xfer_int.h).  Private to fetcher/.
  */
 #ifndef SHOAL_FETCHER_FETCH_INT_H
 #define SHOAL_FETCHER_FETCH_INT_H
