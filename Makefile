@@ -105,7 +105,7 @@ help:
 	@echo "make test     install what is missing, build, run every test"
 	@echo "make demo     run the end-to-end demo on a generated tiny model"
 	@echo "make asan     AddressSanitizer + UBSan build, then the tests"
-	@echo "make lint     banned functions, file and function sizes"
+	@echo "make lint     banned functions, file and function sizes, rooms' includes"
 	@echo "make bench    benchmarks; figures in bench/out/results.json"
 	@echo "make fuzz     libFuzzer targets for a bounded time (clang)"
 	@echo "make clean    remove build/, bin/ and generated output"
