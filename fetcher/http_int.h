@@ -1,5 +1,5 @@
 /* http_int.h — HTTP pieces shared by the blocking client (hub.c) and the
- * multi transfers (xfer.c, resolve.c).  Private to fetcher/.
+ * multi transfers (xfer_curl.c).  Private to fetcher/.
  *
  * Owns: reading the response headers the fetcher cares about, the wait
  * hint (RateLimit t= / Retry-After), the strict 206 check, mapping a Hub or

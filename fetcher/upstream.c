@@ -5,7 +5,7 @@
  * resolution cache (memory, then the cache index until the CDN location
  * expires, then a HEAD), backoff with jitter, and the local snapshot
  * identity (etags from Hugging Face cache symlinks, else from file
- * metadata).  Does not own the multi transfers (xfer.c) nor the manifest
+ * metadata).  Does not own the multi transfers (xfer_*.c) nor the manifest
  * (model.c).
  */
 #include "fetcher/fetch_int.h"

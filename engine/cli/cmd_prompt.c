@@ -3,7 +3,7 @@
  * the reply to the terminal as it is produced.
  *
  * Owns: option parsing and terminal output.  Does not own rendering
- * (chat.h), generation (generate.h) nor the model.
+ * (engine/text/), generation (engine/serve/) nor the model.
  *
  * Without --chat the text is the raw prompt (no BOS, specials are ordinary
  * text) and the continuation is printed.  With --chat the text is one user

@@ -4,7 +4,7 @@
  * Owns: option parsing, the generation loop (prefill in chunks, then one
  * decode step per token, argmax with ties to the lowest id), and the
  * outputs: ids line, --json, --dump-logits, --dump-hidden (.npy), --stats.
- * Does not own the forward pass (session.h) nor the model (model.h).
+ * Does not own the forward pass nor the model (engine/forward/).
  *
  * Dump formats match tests/reference/k3_ref.py:
  *   --dump-logits  raw little-endian float32, vocab_size values for each

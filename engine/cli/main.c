@@ -1,5 +1,5 @@
 /* main.c — shoal-engine's entry point: configures logging and dispatches
- * to a subcommand (engine/commands.h).  Owns nothing else. */
+ * to a subcommand (engine/cli/cli_int.h).  Owns nothing else. */
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>

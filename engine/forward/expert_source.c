@@ -1,5 +1,5 @@
 /* expert_source.c — the expert-source wrapper (stats, timing) and the
- * local-directory implementation (see expert_source.h).  Does not own any
+ * local-directory implementation (see forward.h part 4).  Does not own any
  * network or daemon code. */
 #include "engine/forward/forward.h"
 

@@ -12,7 +12,7 @@
  * cut-off, nothing is sent for the layer (its guesses would mostly move
  * bytes nobody reads).  Both keep being scored, so a layer can come back.
  *
- * Owns: the guesses and the per-layer recall counts (session_int.h).
+ * Owns: the guesses and the per-layer recall counts (forward_int.h).
  */
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* model.c — bind a K3-family snapshot directory (see model.h).
+/* model.c — bind a K3-family snapshot directory (see forward.h part 2).
  *
  * Load order: config.json -> k3_config; model.safetensors.index.json's
  * weight_map (name -> shard file) or a lone model.safetensors; every shard

@@ -1,5 +1,5 @@
 /* ops.c — RMSNorm, AttnRes mix, router top-k, L2 norm and the KDA step
- * (see ops.h).  Owns only arithmetic; no allocation, no state. */
+ * (see forward.h part 1).  Owns only arithmetic; no allocation, no state. */
 #include "engine/forward/forward.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
 /* spine_pack.c — write and strictly parse the int8 spine pack (see
- * spine_pack.h; the layout is documented in docs/engine.md).
+ * forward.h part 3; the layout is documented in docs/engine.md).
  *
  *   header (64 bytes, little-endian)
  *     0  u8[8]  magic "SHLSPINE"

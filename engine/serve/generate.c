@@ -1,5 +1,5 @@
 /* generate.c — the generator: state reuse, the prefill/decode loop,
- * sampling and the stop-sequence matcher (generate.h has the contract).
+ * sampling and the stop-sequence matcher (serve.h part 1 has the contract).
  *
  * Owns: two saved states (live, snap) with their ids and last logits.  Does
  * not own the forward pass (the backend) nor text (callers detokenize).

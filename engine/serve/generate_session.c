@@ -1,5 +1,5 @@
 /* generate_session.c — the generator's backend over engine sessions
- * (session.h): states are engine_sessions, runs are engine_session_run, and
+ * (engine/forward/forward.h part 5): states are engine_sessions, runs are engine_session_run, and
  * a snapshot is a copy of a session's decode state (engine_session_copy).
  *
  * Owns: the adapter.  Does not own the forward pass or the state layout.

@@ -1,6 +1,6 @@
 /* openai_parse.c — request bodies of /v1/chat/completions and
  * /v1/completions: JSON to openai_request, with an explicit allow-list per
- * endpoint (openai.h has the contract; docs/server.md the fields).
+ * endpoint (serve.h part 2 has the contract; docs/server.md the fields).
  *
  * Owns: field dispatch, type and range checks, defaults.  Does not own HTTP
  * nor anything model-specific (token ids are range-checked later, against

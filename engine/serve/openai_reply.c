@@ -1,5 +1,5 @@
 /* openai_reply.c — response bodies and SSE chunks of the OpenAI-compatible
- * API (openai.h): chat.completion, chat.completion.chunk, text_completion,
+ * API (serve.h part 2): chat.completion, chat.completion.chunk, text_completion,
  * the usage object, /v1/models.
  *
  * Owns: the JSON shapes.  Does not own HTTP nor generation.

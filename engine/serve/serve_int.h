@@ -1,5 +1,5 @@
-/* server_int.h — what server.c (the HTTP loop) and server_worker.c (the
- * generation thread) share.  Private to engine/server*.c.
+/* serve_int.h — what server.c (the HTTP loop) and server_worker.c (the
+ * generation thread) share.  Private to engine/serve/.
  *
  * Threads and ownership:
  *   1. The loop thread owns every libevent object and job->req / evcon /

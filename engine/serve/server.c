@@ -1,7 +1,7 @@
 /* server.c — the HTTP side of the OpenAI-compatible server: evhttp on the
  * caller's thread, routing, API keys, admission to the bounded FIFO,
  * delivery of the worker's output, disconnect detection, statistics and
- * shutdown (server.h; server_int.h has the threading rules).
+ * shutdown (serve.h part 3; serve_int.h has the threading rules).
  *
  * Owns: every libevent object.  Does not own generation (server_worker.c)
  * nor JSON shapes (openai_*.c).

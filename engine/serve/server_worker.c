@@ -2,7 +2,7 @@
  * FIFO one at a time, renders or tokenizes the prompt, runs the generator,
  * turns tokens into text (chat: think vs response channels; stop
  * sequences), and posts replies or SSE chunks to the loop thread
- * (server_int.h has the threading rules).
+ * (serve_int.h has the threading rules).
  *
  * Owns: per-job text state.  Does not own HTTP (server.c), JSON shapes
  * (openai_reply.c), rendering (chat.c) nor generation (generate.c).

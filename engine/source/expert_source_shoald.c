@@ -9,7 +9,7 @@
  *     experts it is about to use (one demand GET for those not resident or
  *     already asked for) and then computes its shared experts while they
  *     come; fetch() then calls back each expert the moment it is resident.
- *   - request(prefetch 1): a guess for a later layer (layers.c predicts),
+ *   - request(prefetch 1): a guess for a later layer (lookahead.c predicts),
  *     a priority-1 GET.  When that layer's real fetch comes, its open
  *     prefetches are CANCELled (what shoald has not sent yet is dropped) and
  *     whatever it still needs goes out as demand; shoald joins a transfer

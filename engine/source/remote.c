@@ -1,4 +1,4 @@
-/* remote.c — bind a model through shoald (see remote.h).
+/* remote.c — bind a model through shoald (see source.h part 2).
  *
  * Load: HELLO, OPEN (the OPEN_OK descriptor is the manifest's encoding),
  * manifest_decode, then one batched GET per 1,024 spine tensors; each item

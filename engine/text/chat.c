@@ -1,5 +1,5 @@
 /* chat.c — K3's XTML chat rendering and the streaming reply parser
- * (chat.h has the grammar; docs/chat.md the rules with examples).
+ * (text.h part 2 has the grammar; docs/chat.md the rules with examples).
  *
  * Owns: turning messages into segments (specials or separately encoded
  * ordinary fragments) and the parser's small state machine.  Does not own

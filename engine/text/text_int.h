@@ -1,5 +1,5 @@
-/* tok_int.h — the tokenizer's private layout, shared by engine/tok_*.c and
- * engine/tokenizer.c only.
+/* text_int.h — the tokenizer's private layout, shared by
+ * engine/text/tokenizer.c and engine/text/tok_*.c only (chat.c uses text.h).
  *
  * Invariants (established and checked by the loader in tok_vocab.c):
  *   1. ents[i] for i < n_ents are the vocabulary entries in file order;

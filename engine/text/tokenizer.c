@@ -2,7 +2,7 @@
  * per-call scratch pool.
  *
  * Owns: tokenizer_encode and the pieces it calls in order (see the steps in
- * tokenizer.h), tokenizer_ids, tokenizer_free.  Does not own loading
+ * text.h), tokenizer_ids, tokenizer_free.  Does not own loading
  * (tok_vocab.c), the pattern (tok_pattern.c), the merge loop (tok_bpe.c)
  * or decoding (tok_decode.c).
  */
@@ -237,7 +237,7 @@ static int py_isspace(uint32_t c)
            c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-/* Step 1 of tokenizer.h on a valid UTF-8 run: tokenization_kimi.py cuts
+/* Step 1 of text.h part 1 on a valid UTF-8 run: tokenization_kimi.py cuts
  * the text into 400,000-character chunks and each chunk where a run of
  * same-class characters would pass 25,000 (its
  * _split_whitespaces_or_nonwhitespaces), then encodes each part alone. */

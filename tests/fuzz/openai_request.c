@@ -1,14 +1,14 @@
 /* openai_request.c — libFuzzer target for the request parser of the
- * OpenAI-compatible API (engine/openai.h).
+ * OpenAI-compatible API (engine/serve/serve.h part 2).
  *
  * The first byte picks the endpoint (even: chat, odd: completions); the
  * rest is the request body.  Whatever the bytes, the parser must not crash,
  * leak or read out of bounds; a refusal must be a 4xx/5xx with a message; an
- * accepted request must satisfy what openai.h promises (checked here,
+ * accepted request must satisfy what serve.h promises (checked here,
  * trapping on a violation), and its error/reply builders must work on it.
  * Built and run by scripts/fuzz.sh (`make fuzz`).
  *
- * fuzz-sources: common/ engine/openai_parse.c engine/openai_reply.c
+ * fuzz-sources: common/ engine/serve/openai_parse.c engine/serve/openai_reply.c
  */
 #include <stddef.h>
 #include <stdint.h>

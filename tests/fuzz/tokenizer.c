@@ -1,4 +1,4 @@
-/* tokenizer.c — libFuzzer target for engine/tokenizer.h.
+/* tokenizer.c — libFuzzer target for engine/text/text.h's tokenizer.
  *
  * Arbitrary bytes are encoded with a small vocabulary (all 256 bytes plus
  * merges, some of them multi-byte UTF-8) under the K3 pattern, with and
@@ -10,7 +10,7 @@
  *   - the streaming detokenizer, fed id by id, gives the lossy text.
  * Built by scripts/fuzz.sh (make fuzz).
  *
- * fuzz-sources: common/ engine/tokenizer.c engine/tok_bpe.c engine/tok_decode.c engine/tok_pattern.c engine/tok_vocab.c
+ * fuzz-sources: common/ engine/text/
  */
 #include <stddef.h>
 #include <stdint.h>

@@ -85,7 +85,7 @@ class QMat:
         return self.w @ q8_act(x)
 
 
-# products that stay f32 in the engine's int8 spine (engine/model.c)
+# products that stay f32 in the engine's int8 spine (engine/forward/model.c)
 F32_NAMES = (".gate.weight", ".f_a_proj.weight", ".f_b_proj.weight", ".b_proj.weight")
 
 

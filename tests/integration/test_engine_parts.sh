@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_engine_parts.sh — the shoald expert source reads each expert in parts
-# (engine/expert_source_shoald.c, docs/performance.md "Parallel reads").
+# (engine/source/expert_source_shoald.c, docs/performance.md "Parallel reads").
 # tiny's experts are ~13 KB, so `--read-part 4096` reads each in four parts
 # (the last one short) and 8192 in two of unequal size: for every page-cache
 # policy the ids and logits must equal the local run's.  `direct` is where a

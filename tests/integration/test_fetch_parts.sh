@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One object over several connections (fetcher/xfer.c, docs/fetcher.md
+# One object over several connections (fetcher/xfer_parts.c, docs/fetcher.md
 # "Parts"): a 17.5 MB slice expert with splitting on goes over >= 4
 # connections at once and is stored byte-identical; resets in the middle of
 # parts still give an identical object, and every retry asks only for its

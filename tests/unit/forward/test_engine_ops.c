@@ -1,5 +1,5 @@
-/* test_engine_ops.c — the forward pass's small steps (engine/ops.h) against
- * hand computations, and the expert-source contract (engine/expert_source.h)
+/* test_engine_ops.c — the forward pass's small steps (engine/forward/forward.h part 1) against
+ * hand computations, and the expert-source contract (part 4)
  * with a scripted implementation. */
 #include <setjmp.h>
 #include <stdarg.h>

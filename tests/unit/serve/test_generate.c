@@ -1,4 +1,4 @@
-/* test_generate.c — engine/generate.h over a toy backend: greedy decoding,
+/* test_generate.c — engine/serve/serve.h (generation) over a toy backend: greedy decoding,
  * conversation-state reuse from the snapshot and from the live state,
  * results identical with and without reuse, eos / callback stop /
  * max_tokens / context limits, cancellation, a failing backend, the PRNG's

@@ -1,4 +1,4 @@
-/* test_openai.c — engine/openai.h: request parsing (the allow-list, types,
+/* test_openai.c — engine/serve/serve.h (the OpenAI API): request parsing (the allow-list, types,
  * ranges, defaults, content parts, effort mapping, stop, stream options,
  * prompt forms, null as absent) and the reply shapes (whole, chunks, usage,
  * errors, models).

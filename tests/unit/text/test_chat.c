@@ -1,4 +1,4 @@
-/* test_chat.c — engine/chat.h: the spec's two-turn example rendered
+/* test_chat.c — engine/text/text.h (the chat format): the spec's two-turn example rendered
  * exactly, segment boundaries being token boundaries, thinking off, the
  * effort, escaping, specials in user text staying ordinary, and the reply
  * parser (channels, end of message, split UTF-8, stray specials).

@@ -1,4 +1,4 @@
-/* test_tokenizer.c — engine/tokenizer.h: loading and its errors, BPE merge
+/* test_tokenizer.c — engine/text/text.h (the tokenizer): loading and its errors, BPE merge
  * order against a naive oracle, the heap and linear merge paths, specials
  * on and off, lossy UTF-8, the streaming detokenizer, the pattern
  * translation (the && rewrite checked over every code point), slicing of
