@@ -1,135 +1,125 @@
-/* mkmodel_int.h — internal interface of tools/mkmodel (not for other folders).
+/* synth_int.h — internal interface of synth/ (not for other folders).
  *
- * mkmodel writes a synthetic K3-family model directory (k3.md §6):
- *   preset.c          presets, flags -> mk_config, the KDA/MLA pattern
- *   tensors.c         the tensor list (names, dtypes, shapes, value recipes)
- *                     and its split into shards
+ *   preset.c          presets, flags -> synth_config, the KDA/MLA pattern
+ *   tensors.c         the tensor list (names, dtypes, shapes, value recipes),
+ *                     its split into shards and the order inside a shard
+ *   vision.c          K3's 168 vision tensors (k3 preset)
  *   weights.c         deterministic values: FNV-1a-64, SplitMix64, BF16
- *   shard.c           streaming safetensors writer, index.json
+ *   render.c          shard headers and model.safetensors.index.json
  *   config_json.c     config.json and tokenizer_config.json
- *   tokenizer_train.c synthetic tiktoken.model (byte-level BPE on corpus.c)
+ *   tokenizer_train.c tiktoken.model (byte-level BPE on corpus.c)
+ *   model.c           the file table and synth_read()
+ *   digest.c          sha256 / git sha1 of files, probes, worker threads,
+ *                     the committed K3 table (k3_etags.inc)
  */
-#ifndef SHOAL_MKMODEL_INT_H
-#define SHOAL_MKMODEL_INT_H
+#ifndef SHOAL_SYNTH_INT_H
+#define SHOAL_SYNTH_INT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/buf.h"
 #include "common/err.h"
+#include "synth/synth.h"
 
-#define MK_MAX_LAYERS  128
-#define MK_MAX_EXPERTS 1024
-#define MK_NAME_MAX    128
-#define MK_SPECIALS    256        /* reserved ids at the top of the vocabulary */
+#define SYNTH_GOLDEN 0x9E3779B97F4A7C15ULL
 
-typedef enum mk_preset { MK_PRESET_TINY, MK_PRESET_SLICE } mk_preset;
+/* How a tensor's values are made (k3.md §6 table, plus the vision biases). */
+typedef enum synth_init {
+    SYNTH_INIT_MATRIX,      /* (2u-1)·sqrt(3/in), in = last dimension */
+    SYNTH_INIT_NORM,        /* 1 + 0.2(2u-1) */
+    SYNTH_INIT_RES_PROJ,    /* 0.5(2u-1) */
+    SYNTH_INIT_CONV,        /* 0.5(2u-1) */
+    SYNTH_INIT_DT_BIAS,     /* -4 + 4u */
+    SYNTH_INIT_A_LOG,       /* ln(1 + 15u) for the first `used` entries, then 0 */
+    SYNTH_INIT_SCORE_BIAS,  /* 0.1(2u-1) */
+    SYNTH_INIT_BIAS,        /* 0.02(2u-1): vision biases */
+    SYNTH_INIT_PACKED,      /* floor(256u) */
+    SYNTH_INIT_SCALE,       /* 119 + floor(5u) */
+    SYNTH_INIT_PACKED8,     /* byte k of draw i/8: the k3 preset's packed codes */
+    SYNTH_INIT_SCALE8       /* 119 + (5·(byte k of draw i/8) >> 8) */
+} synth_init;
 
-/* Every value config.json carries that the layout depends on. */
-typedef struct mk_config {
-    mk_preset preset;
-    uint64_t  seed;
-    int hidden;                 /* hidden_size */
-    int layers;                 /* num_hidden_layers */
-    int dense_inter;            /* intermediate_size (layer 0 MLP) */
-    int vocab;                  /* vocab_size; base = vocab - MK_SPECIALS */
-    int max_pos;                /* max_position_embeddings */
-    int kda_heads, kda_head_dim, conv_kernel;
-    int mla_heads, q_lora, kv_lora, qk_nope, qk_rope, v_head;
-    int experts, topk, shared_experts;
-    int latent;                 /* routed_expert_hidden_size (L) */
-    int moe_inter;              /* moe_intermediate_size (I) */
-    int attn_res_block;
-    int layers_per_shard;       /* 0: one shard per layer */
-    unsigned char is_mla[MK_MAX_LAYERS];   /* 0-based */
-} mk_config;
+/* The three dtypes a K3 checkpoint uses.  synth does not link the fetcher:
+ * the writer stays independent of the reader tests check it with. */
+typedef enum synth_dtype { SYNTH_F32, SYNTH_BF16, SYNTH_U8 } synth_dtype;
+const char *synth_dtype_name(synth_dtype t);    /* "F32", "BF16", "U8" */
+unsigned synth_dtype_size(synth_dtype t);       /* bytes per element */
 
-/* Fill cfg with a preset's values (seed 0, default pattern). */
-void mk_preset_init(mk_config *cfg, mk_preset p);
-/* Apply --layers/--experts overrides (<=0: keep), recompute the layer
- * pattern and top-k, and validate.  0 or SHOAL_EINVAL with a message. */
-int mk_config_finish(mk_config *cfg, int layers, int experts, shoal_err *err);
-/* 1-based MLA layers: every 4th, and the last two (K3's trailing MM),
- * never layer 1 (K3's layer 0 is KDA with the dense MLP). */
-void mk_pattern(int layers, unsigned char *is_mla);
-/* Bytes of one routed expert: 3·I·L·17/32. */
-uint64_t mk_expert_bytes(const mk_config *cfg);
+#define SYNTH_MAX_DIMS 4
 
-/* How a tensor's values are made (k3.md §6 table). */
-typedef enum mk_init {
-    MK_INIT_MATRIX,      /* (2u-1)·sqrt(3/in), in = last dimension */
-    MK_INIT_NORM,        /* 1 + 0.2(2u-1) */
-    MK_INIT_RES_PROJ,    /* 0.5(2u-1) */
-    MK_INIT_CONV,        /* 0.5(2u-1) */
-    MK_INIT_DT_BIAS,     /* -4 + 4u */
-    MK_INIT_A_LOG,       /* ln(1 + 15u) for the first `used` entries, then 0 */
-    MK_INIT_SCORE_BIAS,  /* 0.1(2u-1) */
-    MK_INIT_PACKED,      /* floor(256u) */
-    MK_INIT_SCALE        /* 119 + floor(5u) */
-} mk_init;
-
-/* The three dtypes a K3 checkpoint uses.  mkmodel does not link the fetcher:
- * the writer stays independent of the reader that tests check it with. */
-typedef enum mk_dtype { MK_F32, MK_BF16, MK_U8 } mk_dtype;
-const char *mk_dtype_name(mk_dtype t);    /* "F32", "BF16", "U8" */
-unsigned mk_dtype_size(mk_dtype t);       /* bytes per element */
-
-typedef struct mk_tensor {
-    char     name[MK_NAME_MAX];   /* full name, "language_model." prefix */
-    mk_dtype dtype;
-    unsigned ndim;
-    uint64_t shape[3];
-    mk_init  init;
-    uint64_t used;                /* MK_INIT_A_LOG: entries that are not padding */
-    int      shard;               /* 0-based */
-    uint64_t nbytes;
+typedef struct synth_tensor {
     uint64_t begin;               /* relative to the shard's data, set by layout */
-} mk_tensor;
+    uint64_t nbytes;
+    uint64_t state0;              /* FNV-1a-64(name) ^ seed·golden */
+    uint64_t shape[SYNTH_MAX_DIMS];
+    uint32_t name;                /* offset of the NUL-terminated name in names */
+    uint32_t used;                /* SYNTH_INIT_A_LOG: entries that are not padding */
+    uint16_t shard;               /* 0-based */
+    uint8_t  dtype;               /* synth_dtype */
+    uint8_t  ndim;
+    uint8_t  init;                /* synth_init */
+} synth_tensor;
 
-typedef struct mk_model {
-    mk_tensor *t;                 /* all tensors, in file order per shard */
-    size_t     count, cap;
-    int        shards;
-    uint64_t   total_bytes;       /* sum of nbytes (index.json total_size) */
-} mk_model;
+typedef struct synth_tensors {
+    synth_tensor *t;              /* all tensors, in file order per shard */
+    size_t        count, cap;
+    shoal_buf     names;          /* NUL-terminated full names */
+    int           shards;
+    uint64_t      total_bytes;    /* sum of nbytes (index total_size) */
+} synth_tensors;
 
-/* Build the whole tensor list for cfg, assign shards and sort each shard in
- * file order (dtype F32, BF16, U8, then name).  Caller frees with
- * mk_model_free. */
-int mk_model_build(const mk_config *cfg, mk_model *m, shoal_err *err);
-void mk_model_free(mk_model *m);
-/* "model-00001-of-000003.safetensors" for 0-based shard i. */
-void mk_shard_name(const mk_model *m, int i, char *out, size_t cap);
+static inline const char *synth_tensor_name(const synth_tensors *ts, const synth_tensor *t)
+{
+    return (const char *)ts->names.data + t->name;
+}
+
+/* ---- tensors.c ---- */
+/* Build the tensor list for cfg, assign shards, sort each shard in file
+ * order (dtype F32, BF16, U8, then name) and lay out the offsets. */
+int synth_tensors_build(const synth_config *cfg, synth_tensors *ts, shoal_err *err);
+void synth_tensors_free(synth_tensors *ts);
+/* "model-00001-of-000003.safetensors" for 0-based shard i of n. */
+void synth_shard_name(int i, int n, char *out, size_t cap);
+
+/* Appending one tensor (tensors.c, used by vision.c). */
+typedef struct synth_builder {
+    synth_tensors *ts;
+    uint64_t       seed;
+    int            shard;
+    int            rc;
+    shoal_err     *err;
+} synth_builder;
+void synth_add(synth_builder *b, synth_init init, synth_dtype dt, unsigned ndim,
+               const uint64_t *shape, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* ---- vision.c ---- */
+/* K3's vision tower and projector (168 tensors) into shards first, first+1. */
+void synth_vision_add(synth_builder *b, const synth_config *cfg, int first);
+#define SYNTH_VISION_SHARDS 2
 
 /* ---- weights.c ---- */
-uint64_t mk_fnv1a64(const char *s);
+uint64_t synth_fnv1a64(const char *s);
 /* Initial SplitMix64 state of a tensor: FNV-1a-64(name) ^ seed·golden. */
-uint64_t mk_seed_state(const char *name, uint64_t seed);
-/* Fill out[0..n) with the bytes of elements [first, first+n/elsize) of t,
- * given the generator state positioned at element `first` (advanced). */
-void mk_fill(const mk_tensor *t, uint64_t *state, uint64_t first, uint8_t *out,
-             uint64_t count);
-uint16_t mk_bf16_from_float(float f);
+uint64_t synth_seed_state(const char *name, uint64_t seed);
+/* Write the bytes of elements [first, first+count) of t into out. */
+void synth_fill(const synth_tensor *t, uint64_t first, uint64_t count, uint8_t *out);
+uint16_t synth_bf16_from_float(float f);
 
-/* ---- shard.c ---- */
-typedef struct mk_progress {
-    uint64_t done, total;
-    int tty;                      /* redraw with \r */
-    int verbose;                  /* a line per shard */
-} mk_progress;
-/* Write every shard into dir (temp name, then rename). */
-int mk_shards_write(const mk_config *cfg, const mk_model *m, const char *dir,
-                    mk_progress *pr, shoal_err *err);
-int mk_index_write(const mk_model *m, const char *dir, shoal_err *err);
+/* ---- render.c ---- */
+/* The 8-byte length and the JSON header of tensors [lo, hi) into out. */
+int synth_header_render(const synth_tensors *ts, size_t lo, size_t hi, shoal_buf *out);
+int synth_index_render(const synth_tensors *ts, shoal_buf *out);
 
 /* ---- config_json.c ---- */
-int mk_config_write(const mk_config *cfg, const char *dir, shoal_err *err);
-int mk_tokenizer_config_write(const mk_config *cfg, const char *dir, shoal_err *err);
+int synth_config_render(const synth_config *cfg, shoal_buf *out, shoal_err *err);
+int synth_tokenizer_config_render(const synth_config *cfg, shoal_buf *out, shoal_err *err);
 
 /* ---- tokenizer_train.c ---- */
-/* Train vocab-256-256 merges on the embedded corpus and write
- * dir/tiktoken.model. */
-int mk_tiktoken_write(const mk_config *cfg, const char *dir, shoal_err *err);
+/* tiktoken.model: 256 bytes, min(512, base-256) trained merges, then inert
+ * 3-byte padding ranks up to base = vocab - SYNTH_SPECIALS. */
+int synth_tiktoken_render(const synth_config *cfg, shoal_buf *out, shoal_err *err);
 /* The embedded training text (corpus.c). */
-extern const char mk_corpus[];
+extern const char synth_corpus[];
 
 #endif
