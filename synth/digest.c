@@ -133,6 +133,29 @@ out:
     return rc;
 }
 
+int synth_header_sha256(const synth_model *m, size_t file, char out[65], shoal_err *err)
+{
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    uint8_t *buf = malloc(DIGEST_CHUNK);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    int rc = 0;
+
+    out[0] = '\0';
+    if (!c || !buf || !EVP_DigestInit_ex(c, EVP_sha256(), NULL))
+        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    else if (synth_file_is_shard(m, file) &&
+             (rc = digest_range(m, file, 0, synth_file_header_size(m, file), buf, c, NULL, NULL)))
+        shoal_err_set(err, rc, "hashing the header of %s", synth_file_name(m, file));
+    else if (synth_file_is_shard(m, file)) {
+        EVP_DigestFinal_ex(c, md, &mdlen);
+        hex(md, mdlen, out);
+    }
+    EVP_MD_CTX_free(c);
+    free(buf);
+    return rc;
+}
+
 /* ---- worker threads ----------------------------------------------------- */
 
 typedef struct pool {
@@ -246,10 +269,11 @@ out:
 
 /* ---- the committed table -------------------------------------------------- */
 
-#define SYNTH_KNOWN_ROW(file, size, sha256, sha1, probe) { file, size, sha256, sha1, probe },
+#define SYNTH_KNOWN_ROW(file, size, sha256, sha1, probe, header) \
+    { file, size, sha256, sha1, probe, header },
 static const synth_known known_rows[] = {
 #include "synth/k3_etags.inc"
-    { NULL, 0, NULL, NULL, NULL }
+    { NULL, 0, NULL, NULL, NULL, NULL }
 };
 
 const synth_known *synth_known_table(size_t *n)
@@ -263,18 +287,41 @@ const char *synth_known_key(void)
     return SYNTH_KNOWN_KEY;
 }
 
+const char *synth_known_family(void)
+{
+    return SYNTH_KNOWN_FAMILY;
+}
+
+static int known_take(const synth_known *k, synth_digest *out)
+{
+    snprintf(out->sha256, sizeof out->sha256, "%s", k->sha256);
+    snprintf(out->sha1, sizeof out->sha1, "%s", k->sha1);
+    return 1;
+}
+
 int synth_known_digest(const synth_model *m, size_t file, uint64_t len, synth_digest *out)
 {
     size_t n;
     const synth_known *k = synth_known_table(&n);
+    char hdr[65] = "";
 
-    if (strcmp(synth_model_key(m), SYNTH_KNOWN_KEY) != 0 || len != synth_file_size(m, file))
+    if (len != synth_file_size(m, file))
         return 0;
-    for (size_t i = 0; i < n; i++)
-        if (k[i].size == len && strcmp(k[i].file, synth_file_name(m, file)) == 0) {
-            snprintf(out->sha256, sizeof out->sha256, "%s", k[i].sha256);
-            snprintf(out->sha1, sizeof out->sha1, "%s", k[i].sha1);
-            return 1;
-        }
+    if (strcmp(synth_model_key(m), SYNTH_KNOWN_KEY) == 0) {
+        for (size_t i = 0; i < n; i++)
+            if (k[i].size == len && strcmp(k[i].file, synth_file_name(m, file)) == 0)
+                return known_take(&k[i], out);
+        return 0;
+    }
+    if (!synth_file_is_shard(m, file) || strcmp(synth_model_family(m), SYNTH_KNOWN_FAMILY) != 0)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k[i].size != len || !k[i].header[0])
+            continue;
+        if (!hdr[0] && synth_header_sha256(m, file, hdr, &(shoal_err){ 0 }) != 0)
+            return 0;
+        if (strcmp(hdr, k[i].header) == 0)
+            return known_take(&k[i], out);
+    }
     return 0;
 }

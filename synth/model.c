@@ -30,6 +30,7 @@ struct synth_model {
     synth_file   *files;
     size_t        nfiles;
     char          key[128];
+    char          family[96];
 };
 
 static int file_add_text(synth_model *m, const char *name, int (*render)(const synth_config *,
@@ -96,6 +97,8 @@ int synth_model_new(const synth_config *cfg, synth_model **out, shoal_err *err)
     snprintf(m->key, sizeof m->key, "gen=%d preset=%s layers=%d experts=%d seed=%llu",
              SYNTH_GEN_VERSION, synth_preset_name(cfg->preset), cfg->layers, cfg->experts,
              (unsigned long long)cfg->seed);
+    snprintf(m->family, sizeof m->family, "gen=%d preset=%s seed=%llu", SYNTH_GEN_VERSION,
+             synth_preset_name(cfg->preset), (unsigned long long)cfg->seed);
     if ((rc = synth_tensors_build(&m->cfg, &m->ts, err)) || (rc = files_build(m, err))) {
         synth_model_free(m);
         return rc;
@@ -117,6 +120,7 @@ void synth_model_free(synth_model *m)
 
 const synth_config *synth_model_config(const synth_model *m) { return &m->cfg; }
 const char *synth_model_key(const synth_model *m) { return m->key; }
+const char *synth_model_family(const synth_model *m) { return m->family; }
 size_t synth_model_tensors(const synth_model *m) { return m->ts.count; }
 int synth_model_shards(const synth_model *m) { return m->ts.shards; }
 uint64_t synth_model_tensor_bytes(const synth_model *m) { return m->ts.total_bytes; }

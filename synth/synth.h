@@ -87,6 +87,11 @@ const synth_config *synth_model_config(const synth_model *m);
 /* "gen=1 preset=k3 layers=93 experts=896 seed=0": every input of the bytes.
  * Borrowed, lives as long as m. */
 const char *synth_model_key(const synth_model *m);
+/* "gen=1 preset=k3 seed=0": the key without the layer and expert counts.
+ * Two shards of one family with the same header hold the same bytes (a
+ * tensor's bytes follow from its name, dtype, shape, the preset's recipes
+ * and the seed), whatever model they belong to. */
+const char *synth_model_family(const synth_model *m);
 size_t synth_model_tensors(const synth_model *m);
 int synth_model_shards(const synth_model *m);
 uint64_t synth_model_tensor_bytes(const synth_model *m);   /* index total_size */
@@ -147,6 +152,8 @@ int synth_digest_run(synth_digest_job *jobs, size_t n, int threads, synth_progre
  * a test can see that the generator still makes the bytes the table hashed,
  * without hashing 1.56 TB. */
 int synth_probe(const synth_model *m, size_t file, char out[65], shoal_err *err);
+/* sha256 of a shard's first synth_file_header_size() bytes ("" otherwise). */
+int synth_header_sha256(const synth_model *m, size_t file, char out[65], shoal_err *err);
 
 /* ---- the committed table (synth/k3_etags.inc) --------------------------- */
 
@@ -156,14 +163,19 @@ typedef struct synth_known {
     const char *sha256;
     const char *sha1;           /* "" for shards */
     const char *probe;
+    const char *header;         /* synth_header_sha256 of a shard, "" otherwise */
 } synth_known;
 
 /* The committed digests of the model whose key is synth_known_key(), or
  * NULL with *n = 0. */
 const synth_known *synth_known_table(size_t *n);
 const char *synth_known_key(void);
-/* 1 and *out filled if the table knows file i of m at length len (the model
- * key, the name and the size must all match), else 0. */
+const char *synth_known_family(void);
+/* 1 and *out filled if the table knows file i of m at length len, else 0:
+ * either the model key, the name and the size all match, or file i is a
+ * whole shard of the table's family whose size and header equal a row's
+ * (so a reduced k3 — `k3,layers=8` — finds its layer 0, globals, vision and
+ * every layer laid out as in K3 without hashing them). */
 int synth_known_digest(const synth_model *m, size_t file, uint64_t len, synth_digest *out);
 
 #endif
