@@ -31,11 +31,12 @@ LDLIBS    += -lm
 # library; the others are one library each, and `make lint` checks which
 # room may include which.
 ENGINE_ROOMS := text kernels forward source serve
-COMPONENTS := common fetcher cache $(ENGINE_ROOMS)
+COMPONENTS := common fetcher cache synth $(ENGINE_ROOMS)
 common_SRC  := $(wildcard common/*.c)
 fetcher_SRC := $(wildcard fetcher/*.c)
 cache_SRC   := $(wildcard cache/*.c)
 $(foreach r,$(ENGINE_ROOMS),$(eval $(r)_SRC := $(wildcard engine/$(r)/*.c)))
+synth_SRC   := $(wildcard synth/*.c)
 
 # Per-file flags: ISA variants of the kernels are compiled for their ISA
 # only; the code that calls them checks the CPU once at start-up.
@@ -64,8 +65,9 @@ LIBS_forward  := forward kernels common
 LIBS_source   := source forward kernels common
 LIBS_serve    := serve source forward text kernels common
 LIBS_engine   := forward kernels common   # bench/engine: the forward pass alone
-LIBS_mkmodel  := common
-LIBS_hubmock  := common
+LIBS_synth    := synth common
+LIBS_mkmodel  := synth common
+LIBS_hubmock  := synth common
 LIBS_stinfo   := common
 LIBS_hubget   := fetcher common
 LIBS_shoal-fetch := fetcher cache common

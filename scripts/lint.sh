@@ -86,11 +86,11 @@ no_daemon_client="text kernels forward"
 # sources it names in its fuzz-sources line.
 room_of() {
     case $1 in
-        common/*|fetcher/*|cache/*|daemon/*) echo "${1%%/*}" ;;
+        common/*|fetcher/*|cache/*|daemon/*|synth/*) echo "${1%%/*}" ;;
         engine/*/*|tools/*/*) echo "$1" | cut -d/ -f1-2 ;;
         tests/unit/*/*)
             local c; c=$(echo "$1" | cut -d/ -f3)
-            case " common fetcher cache daemon " in
+            case " common fetcher cache daemon synth " in
                 *" $c "*) echo "$c" ;;
                 *) case " $engine_rooms " in *" $c "*) echo "engine/$c" ;; *) echo "tools/$c" ;; esac ;;
             esac ;;
