@@ -284,6 +284,11 @@ int cache_session_close(cache *c, uint64_t session, shoal_err *err);
 void cache_stats_add(cache *c, const cache_req *req, cache_outcome outcome,
                      uint64_t bytes_in, uint64_t bytes_out, uint64_t wait_ns);
 
+/* Add a batch of counts at once (a client's report, or a fixture): the
+ * same rows as cache_stats_add, n's fields added as they are; one event
+ * towards the flush threshold. */
+void cache_stats_add_counts(cache *c, const cache_req *req, const cache_counts *n);
+
 /* Nonzero when enough events or time have gathered for a flush. */
 int cache_flush_due(const cache *c);
 

@@ -50,6 +50,7 @@ struct event;
 #define DAEMON_MODELS_MAX        256
 #define DAEMON_JOBS_MAX          256
 #define DAEMON_RECENT_SESSIONS   16
+#define DAEMON_JSON_MAX          (64u << 20)   /* a JSON reply, sent as several frames */
 
 typedef struct shoald shoald;
 typedef struct conn conn;

@@ -346,7 +346,7 @@ static int op_stats(conn *c, const daemon_request *rq)
 {
     shoal_buf out;
     shoal_err err = { 0 };
-    shoal_buf_init(&out, SHOAL_PROTO_MAX_BODY - 4);
+    shoal_buf_init(&out, DAEMON_JSON_MAX);     /* sent in frames: conn_send_json */
     if (stats_json(c->d, rq->text, strlen(rq->text), &out, &err) != 0)
         fail(c, rq->id, &err);
     else

@@ -197,8 +197,8 @@ int stats_json(shoald *d, const char *query, size_t qlen, shoal_buf *out, shoal_
     if (dj && shoal_json_typeof(dj) == SHOAL_JSON_OBJECT)
         daemon_extra(d, dj);
     if (shoal_json_dump(root, SHOAL_JSON_COMPACT, out) != 0)
-        rc = shoal_err_set(err, SHOAL_ETOOBIG, "the statistics do not fit one message: ask for "
-                           "one model or a coarser \"by\"");
+        rc = shoal_err_set(err, SHOAL_ETOOBIG, "the statistics exceed %u MiB: ask for one "
+                           "model or a coarser \"by\"", DAEMON_JSON_MAX >> 20);
     shoal_json_free(root);
     return rc;
 }
