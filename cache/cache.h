@@ -78,6 +78,10 @@ typedef struct cache_config {
     uint64_t max_bytes;
     double   free_share;      /* default 0.90 */
     uint64_t floor_bytes;     /* default 10 GiB */
+    /* 1: refuse (SHOAL_EINVAL, with the figures) a max_bytes larger than
+     * the disk can give: its free space + what the cache holds.  shoald
+     * sets it; tests that want a budget past a small disk leave it 0. */
+    int      budget_fits_disk;
     uint32_t pin_kinds;       /* CACHE_PIN_KIND bits; default spine|small */
     int      read_only;       /* open beside a writer, no lock, no repair */
     /* Counter flushes: due after this many recorded events or this many

@@ -222,17 +222,47 @@ static int cache_lock(cache *c, shoal_err *err)
     return 0;
 }
 
-static int cache_budget_set(cache *c, shoal_err *err)
+/* What the disk can give the cache: free space + what it holds now. */
+static int cache_disk_room(const cache *c, uint64_t *room, uint64_t *free_bytes, shoal_err *err)
 {
     struct statvfs sv;
+    if (statvfs(c->dir, &sv) != 0)
+        return shoal_err_set(err, SHOAL_EIO, "statvfs %s: %s", c->dir, strerror(errno));
+    *free_bytes = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+    *room = *free_bytes + c->used;
+    return 0;
+}
 
-    if (c->cfg.max_bytes) {
+static int cache_budget_set(cache *c, shoal_err *err)
+{
+    uint64_t room = 0, free_bytes = 0;
+    int rc;
+
+    if (c->cfg.max_bytes && !c->cfg.budget_fits_disk) {
         c->budget = c->cfg.max_bytes;
         return 0;
     }
-    if (statvfs(c->dir, &sv) != 0)
-        return shoal_err_set(err, SHOAL_EIO, "statvfs %s: %s", c->dir, strerror(errno));
-    double avail = (double)sv.f_bavail * (double)sv.f_frsize + (double)c->used;
+    if ((rc = cache_disk_room(c, &room, &free_bytes, err)) != 0)
+        return rc;
+    if (c->cfg.max_bytes) {
+        char b[32], f[32], u[32], r[32], most[32];
+        /* the advice rounds down, so following it works */
+        if (room >= (1ull << 30))
+            snprintf(most, sizeof most, "%lluG", (unsigned long long)(room >> 30));
+        else
+            snprintf(most, sizeof most, "%llu", (unsigned long long)room);
+        if (c->cfg.max_bytes > room)
+            return shoal_err_set(err, SHOAL_EINVAL, "the budget %s is larger than the disk can "
+                                 "give the cache: %s free + %s cached = %s in %s; ask for at most "
+                                 "%s, or free disk space",
+                                 shoal_size_format(c->cfg.max_bytes, b, sizeof b),
+                                 shoal_size_format(free_bytes, f, sizeof f),
+                                 shoal_size_format(c->used, u, sizeof u),
+                                 shoal_size_format(room, r, sizeof r), c->dir, most);
+        c->budget = c->cfg.max_bytes;
+        return 0;
+    }
+    double avail = (double)room;
     double share = c->cfg.free_share > 0 && c->cfg.free_share <= 1 ? c->cfg.free_share : 0.9;
     double b = avail * share;
     if (b > avail - (double)c->cfg.floor_bytes)

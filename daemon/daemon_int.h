@@ -63,6 +63,14 @@ typedef struct getreq getreq;
 /* Priorities, lowest value first.  PRIO_WARM is never on the wire. */
 enum { PRIO_DEMAND = 0, PRIO_PREFETCH = 1, PRIO_WARM = 2, PRIO_COUNT = 3 };
 
+/* Settings kept in HOME/shoald.conf (settings.c), and where each came from. */
+enum { DSET_MAX_SIZE = 0, DSET_PARALLEL, DSET_SPLIT_MIN, DSET_KEEP_SPINE, DSET_COUNT };
+enum { DSET_DEFAULT = 0, DSET_FILE = 1, DSET_ARGS = 2 };
+typedef struct daemon_setting {
+    uint8_t from;                  /* DSET_DEFAULT / _FILE / _ARGS */
+    char    text[64];              /* the value as written */
+} daemon_setting;
+
 typedef struct daemon_config {
     char     home[SHOAL_PATH_MAX];
     char     socket_path[108];
@@ -71,6 +79,11 @@ typedef struct daemon_config {
     uint64_t split_min;            /* smallest part of a split object; 0:
                                       the fetcher's default (2 MiB);
                                       UINT64_MAX: never split */
+    int      keep_spine;           /* BF16 spine matrices stay pinned after
+                                      their derived pack exists */
+    daemon_setting set[DSET_COUNT];
+    char     conf_path[SHOAL_PATH_MAX];   /* HOME/shoald.conf */
+    int      settings_given;       /* the command line gave a setting: save */
     const char *endpoint;          /* HF endpoint (NULL: default) */
     const char *token;             /* NULL: anonymous */
     uint32_t flush_ms;             /* counter flush timer */
@@ -365,6 +378,18 @@ void warm_save_all(struct warm *w);
 void warm_stats_json(struct warm *w, void *json_array);
 /* Jobs not finished. */
 unsigned warm_running(const struct warm *w);
+
+/* ---- settings.c ------------------------------------------------------------------- */
+
+/* Read cfg->home's shoald.conf, put args over it (args[k]: the command
+ * line's value of setting k, NULL when not given) and fill cfg's settings.
+ * 0, or SHOAL_EINVAL naming the file's line or the flag. */
+int   settings_apply(daemon_config *cfg, const char *const args[DSET_COUNT], shoal_err *err);
+/* Write the file back when the command line gave a setting (called once
+ * the cache's lock is held: a second shoald must not rewrite it). */
+int   settings_save(const daemon_config *cfg, shoal_err *err);
+/* The settings and their sources as a JSON object (a shoal_json *). */
+void *settings_json(const daemon_config *cfg);
 
 /* ---- stats.c ---------------------------------------------------------------------- */
 

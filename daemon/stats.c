@@ -151,6 +151,7 @@ static void daemon_extra(shoald *d, shoal_json *o)
     shoal_json_set_str(o, "version", SHOAL_VERSION);
     shoal_json_set_int(o, "bytes_served", (int64_t)d->bytes_served);
     shoal_json_set_take(o, "scheduler", sched_json(d));
+    shoal_json_set_take(o, "settings", settings_json(&d->cfg));
     shoal_json_set_take(o, "upstream", upstream_json(d));
     if (jobs) {
         warm_stats_json(d->warm, jobs);

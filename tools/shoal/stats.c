@@ -250,6 +250,30 @@ static void print_disk(FILE *f, const shoal_json *j)
     fputc('\n', f);
 }
 
+/* shoald's settings and where each came from (HOME/shoald.conf). */
+static void print_settings(FILE *f, const shoal_json *j)
+{
+    char a[FMT_MAX];
+    int64_t split = jint(j, "daemon.settings.split_min", 0);
+    int keep = 0;
+    if (jnull(j, "daemon.settings"))
+        return;
+    shoal_json_bool(j, "daemon.settings.keep_spine", &keep, NULL);
+    fmt_kv(f, 0, "Settings", "%s", jstr(j, "daemon.settings.file", "?"));
+    fmt_kv(f, 2, "max-size (budget)", "%-12s (%s)",
+           jint(j, "daemon.settings.max_size", 0)
+               ? fmt_size((uint64_t)jint(j, "daemon.settings.max_size", 0), a) : "auto",
+           jstr(j, "daemon.settings.from.max-size", "?"));
+    fmt_kv(f, 2, "parallel", "%-12lld (%s)", (long long)jint(j, "daemon.settings.parallel", 0),
+           jstr(j, "daemon.settings.from.parallel", "?"));
+    fmt_kv(f, 2, "split-min", "%-12s (%s)",
+           split < 0 ? "never" : split == 0 ? "2.00 MiB" : fmt_size((uint64_t)split, a),
+           jstr(j, "daemon.settings.from.split-min", "?"));
+    fmt_kv(f, 2, "keep-spine", "%-12s (%s)", keep ? "yes" : "no",
+           jstr(j, "daemon.settings.from.keep-spine", "?"));
+    fputc('\n', f);
+}
+
 static void print_models(FILE *f, const shoal_json *j)
 {
     shoal_json *ms = shoal_json_get(j, "models");
@@ -463,6 +487,7 @@ static void stats_print(FILE *f, const shoal_json *j, cache_report_by by, int li
     print_requests(f, j);
     print_tiers(f, j);
     print_disk(f, j);
+    print_settings(f, j);
     print_models(f, j);
     print_layers(f, j, by == CACHE_REPORT_BY_LAYER);
     if (by == CACHE_REPORT_BY_EXPERT)
