@@ -210,8 +210,28 @@ typedef struct cache_obj {
 int cache_lookup(cache *c, const cache_key *key, const cache_req *req,
                  cache_obj *out, shoal_err *err);
 
+/* The first cached object of this kind whose etag starts with `prefix`
+ * (derived objects: their etag names their source and format, so a
+ * prefix asks "is any version of it cached?").  0 with *out filled (its
+ * etag copied into etag, cap >= CACHE_ETAG_MAX + 1) or SHOAL_ENOTFOUND.
+ * A writer scans its table in memory (K3's 82,432 objects: ~1 ms). */
+int cache_find_prefix(cache *c, const char *prefix, cache_kind kind, cache_key *out, char *etag,
+                      size_t cap, shoal_err *err);
+
 /* Pin or unpin one object (pinned objects are never evicted). */
 int cache_pin(cache *c, const cache_key *key, int on, shoal_err *err);
+
+/* Lift (lift = 1) or restore (0) the pin n objects have by their kind,
+ * in one transaction.  A lifted object is evictable like any unpinned one
+ * and stays until space is needed — the BF16 spine matrices a derived pack
+ * replaces (shoald, docs/daemon.md).  Objects pinned by cache_pin stay
+ * pinned; keys not cached are skipped.  *changed (may be NULL): objects
+ * whose state changed.  Stored (objects.pinned = 2). */
+int cache_pin_lift(cache *c, const cache_key *keys, size_t n, int lift, size_t *changed,
+                   shoal_err *err);
+
+/* Restore the kind pin of every lifted object (shoald --keep-spine). */
+int cache_pin_lift_clear(cache *c, size_t *changed, shoal_err *err);
 
 /* Remove one object now.  SHOAL_ENOTFOUND if absent. */
 int cache_remove(cache *c, const cache_key *key, shoal_err *err);
@@ -221,6 +241,7 @@ typedef struct cache_usage {
     uint64_t used;            /* committed objects */
     uint64_t reserved;        /* active writers */
     uint64_t pinned;          /* bytes of pinned objects */
+    uint64_t lifted;          /* bytes whose kind pin is lifted (cache_pin_lift) */
     uint64_t objects;
     uint64_t evicted;         /* objects evicted since open */
     uint64_t evicted_bytes;

@@ -44,6 +44,16 @@ int      cmap_set(cmap *m, uint64_t h, uint32_t old, uint32_t v);
 void     cmap_clear(cmap *m);
 void     cmap_free(cmap *m);
 
+/* objects.pinned / cobj.pinned: 0 the kind decides (cache_config.pin_kinds),
+ * 1 pinned by cache_pin, 2 the kind's pin lifted (cache_pin_lift: evictable). */
+enum { CACHE_PINNED_KIND = 0, CACHE_PINNED_YES = 1, CACHE_PINNED_LIFTED = 2 };
+
+static inline int cache_pin_effective(int stored, uint32_t pin_kinds, int kind)
+{
+    return stored == CACHE_PINNED_YES ||
+           (stored == CACHE_PINNED_KIND && (pin_kinds & CACHE_PIN_KIND(kind)));
+}
+
 /* ---- one committed object, as the writer holds it in memory ---- */
 typedef struct cobj {
     uint64_t id;
@@ -55,7 +65,7 @@ typedef struct cobj {
     uint32_t hits_pending;    /* hits not yet written to the index */
     int32_t  layer, expert;
     uint8_t  kind;
-    uint8_t  pinned;          /* pinned by cache_pin (kind pins are apart) */
+    uint8_t  pinned;          /* CACHE_PINNED_*: by cache_pin, by kind, or lifted */
     uint8_t  dirty;           /* on the access-flush list */
     uint8_t  xxh[16];
 } cobj;

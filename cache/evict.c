@@ -16,6 +16,11 @@
  * commit.  Rejected: pure LRU (one scan of a model evicts everything hot)
  * and LFU (old favourites never leave).
  *
+ * Also owns lifting the pin an object has by its kind (cache_pin_lift):
+ * a BF16 spine matrix whose derived pack exists is no longer needed at
+ * every engine start, so it joins the candidates, and leaves when space
+ * is needed like any other.
+ *
  * Does not own deleting (read.c: cache_objs_delete).
  */
 #include "cache/cache_int.h"
@@ -128,5 +133,95 @@ out:
     free(cs);
     free(ids);
     free(layer_bytes);
+    return rc;
+}
+
+/* ---- lifted kind pins ------------------------------------------------------------- */
+
+#define PIN_COLLECTING 0xff
+
+static int pin_store(cache *c, uint32_t idx, int v, shoal_err *err)
+{
+    sqlite3_stmt *s = c->st[ST_OBJ_PIN];
+    int r;
+    sqlite3_bind_int64(s, 1, (int64_t)c->objs[idx].id);
+    sqlite3_bind_int(s, 2, v);
+    r = sqlite3_step(s);
+    sqlite3_reset(s);
+    return r == SQLITE_DONE ? 0 : cache_db_fail(c, r, "lift pins", err);
+}
+
+/* Store v for the objects at these indexes in one transaction; memory
+ * follows only after the commit. */
+static int pins_set(cache *c, const uint32_t *idx, size_t n, int v, shoal_err *err)
+{
+    int rc;
+    if (n == 0)
+        return 0;
+    if ((rc = cache_db_begin(c, err)) != 0)
+        return rc;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = pin_store(c, idx[i], v, err);
+    if (rc == 0)
+        rc = cache_db_commit(c, err);
+    else
+        cache_db_rollback(c);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        c->objs[idx[i]].pinned = (uint8_t)v;
+    return rc;
+}
+
+int cache_pin_lift(cache *c, const cache_key *keys, size_t n, int lift, size_t *changed,
+                   shoal_err *err)
+{
+    int from = lift ? CACHE_PINNED_KIND : CACHE_PINNED_LIFTED;
+    uint32_t *idx;
+    size_t m = 0;
+    int rc;
+
+    if (changed)
+        *changed = 0;
+    if (c->cfg.read_only)
+        return shoal_err_set(err, SHOAL_EINVAL, "cache %s is open read-only: cannot lift pins",
+                             c->dir);
+    if (!(idx = malloc((n ? n : 1) * sizeof *idx)))
+        return shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory lifting pins");
+    for (size_t i = 0; i < n; i++) {
+        uint32_t k = cache_key_check(&keys[i], NULL) == 0 ? cache_obj_find(c, &keys[i]) : CMAP_NONE;
+        /* an explicit pin stays; a key listed twice is collected once (marked
+         * until the loop ends) */
+        if (k != CMAP_NONE && c->objs[k].pinned == from) {
+            c->objs[k].pinned = PIN_COLLECTING;
+            idx[m++] = k;
+        }
+    }
+    for (size_t i = 0; i < m; i++)
+        c->objs[idx[i]].pinned = (uint8_t)from;
+    rc = pins_set(c, idx, m, lift ? CACHE_PINNED_LIFTED : CACHE_PINNED_KIND, err);
+    if (rc == 0 && changed)
+        *changed = m;
+    free(idx);
+    return rc;
+}
+
+int cache_pin_lift_clear(cache *c, size_t *changed, shoal_err *err)
+{
+    uint32_t *idx;
+    size_t m = 0;
+    int rc;
+
+    if (changed)
+        *changed = 0;
+    if (c->cfg.read_only)
+        return 0;
+    if (!(idx = malloc((c->nobjs ? c->nobjs : 1) * sizeof *idx)))
+        return shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory restoring pins");
+    for (size_t i = 0; i < c->nobjs; i++)
+        if (c->objs[i].pinned == CACHE_PINNED_LIFTED)
+            idx[m++] = (uint32_t)i;
+    rc = pins_set(c, idx, m, CACHE_PINNED_KIND, err);
+    if (rc == 0 && changed)
+        *changed = m;
+    free(idx);
     return rc;
 }

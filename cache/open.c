@@ -76,7 +76,7 @@ uint64_t cache_id_hash(uint64_t id)
 
 int cache_obj_pinned(const cache *c, const cobj *o)
 {
-    return o->pinned || (c->cfg.pin_kinds & CACHE_PIN_KIND(o->kind));
+    return cache_pin_effective(o->pinned, c->cfg.pin_kinds, o->kind);
 }
 
 int cache_key_check(const cache_key *key, shoal_err *err)
@@ -705,8 +705,11 @@ int cache_usage_get(cache *c, cache_usage *out, shoal_err *err)
     out->objects = c->nobjs;
     out->evicted = c->evicted;
     out->evicted_bytes = c->evicted_bytes;
-    for (size_t i = 0; i < c->nobjs; i++)
+    for (size_t i = 0; i < c->nobjs; i++) {
         if (cache_obj_pinned(c, &c->objs[i]))
             out->pinned += c->objs[i].len;
+        else if (c->objs[i].pinned == CACHE_PINNED_LIFTED)
+            out->lifted += c->objs[i].len;
+    }
     return 0;
 }

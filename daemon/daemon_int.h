@@ -350,6 +350,15 @@ int  derived_resolve(shoald *d, const model *m, const shoal_key *k, objref *o, c
 /* PUT: copy rq->fd's first rq->u64 bytes into the cache as a pinned derived
  * object of m, checking rq->xxh128.  Does not close rq->fd. */
 int  derived_put(shoald *d, model *m, const daemon_request *rq, shoal_err *err);
+/* Is name[0..n) a spine pack's (the engine's "spine-int8-p1-q1")? */
+int  derived_is_spine_pack(const char *name, size_t n);
+/* Does a spine pack replace tensor t (a BF16 matrix the engine derives)? */
+int  derived_replaces(const manifest_tensor *t);
+/* m's spine pack exists: lift the pin of every cached matrix it replaces
+ * (unless --keep-spine).  *lifted: objects changed. */
+int  derived_spine_release(shoald *d, const model *m, size_t *lifted, shoal_err *err);
+/* Does a spine pack of m's commit exist in the cache? */
+int  derived_spine_pack_cached(shoald *d, const model *m);
 
 /* ---- ops.c ----------------------------------------------------------------------- */
 

@@ -219,6 +219,14 @@ static int daemon_open(shoald *d, shoal_err *err)
         return rc;
     if ((rc = settings_save(&d->cfg, err)) != 0)
         return rc;
+    if (d->cfg.keep_spine) {
+        /* BF16 matrices an earlier run let go of are pinned again */
+        size_t n = 0;
+        if ((rc = cache_pin_lift_clear(d->cache, &n, err)) != 0)
+            return rc;
+        if (n)
+            LOG_INFO("shoald", "--keep-spine: %zu spine matrices pinned again", n);
+    }
     LOG_INFO("shoald", "cache %s: %llu objects, %llu bytes; repair removed %llu tmp, %llu orphans; "
              "%llu partials kept", d->cfg.home, (unsigned long long)rep.objects,
              (unsigned long long)rep.bytes, (unsigned long long)rep.tmp_removed,
