@@ -321,6 +321,18 @@ int cache_flush_due(const cache *c);
  * calls it from a timer; commits and close also flush when due. */
 int cache_flush(cache *c, shoal_err *err);
 
+/* Experts of `model` by requests (hits + misses + joins, both tiers, every
+ * count so far), most first (ties: lower layer, then lower id); experts
+ * never asked for are left out.  max 0: all.  *out (caller frees) holds
+ * *n rows.  A writer ranks from a table kept in memory (no SQLite: K3's
+ * 82,432 experts in a few ms); a reader asks the index. */
+typedef struct cache_heat {
+    int32_t  layer, expert;
+    uint64_t requests;
+} cache_heat;
+int cache_heat_top(cache *c, int64_t model, size_t max, cache_heat **out, size_t *n,
+                   shoal_err *err);
+
 typedef enum cache_stats_level {
     CACHE_STATS_TOTAL = 0,    /* one row per tier */
     CACHE_STATS_SESSION,      /* per session and tier */

@@ -3,8 +3,9 @@
  *
  * Files: open.c (open/close, lock, budget, repair at open), write.c (the
  * writer), read.c (lookup, pins, remove, list, verify), evict.c (the
- * eviction policy), stats.c (counters, sessions), meta.c (models, files),
- * db.c (schema and statements), map.c (hash index), io.c (syscall table).
+ * eviction policy, lifted pins, plans), stats.c (counters, sessions),
+ * heat.c (requests per expert in memory), meta.c (models, files), db.c
+ * (schema and statements), map.c (hash index), io.c (syscall table).
  */
 #ifndef SHOAL_CACHE_INT_H
 #define SHOAL_CACHE_INT_H
@@ -79,6 +80,13 @@ typedef struct ccount {
     cache_counts v;
 } ccount;
 
+/* ---- one expert's requests, as heat.c keeps them ---- */
+typedef struct cheat {
+    int64_t  model;
+    int32_t  layer, expert;
+    uint64_t requests;        /* hits + misses + joins, both tiers */
+} cheat;
+
 /* Prepared statements, made once at open. */
 enum {
     ST_OBJ_GET,          /* read-only lookup by key */
@@ -127,6 +135,12 @@ struct cache {
     uint64_t  last_flush_ns;
 
     struct cache_writer *writers;   /* active writers */
+
+    /* Requests per expert (heat.c); valid while heat_ready. */
+    cheat    *heat;
+    size_t    nheat, capheat;
+    cmap      by_heat;
+    int       heat_ready;
 };
 
 /* ---- db.c ---- */
@@ -171,6 +185,13 @@ int cache_objs_delete(cache *c, const uint64_t *ids, size_t n, shoal_err *err);
  * evicting the least valuable unpinned objects.  SHOAL_ENOSPC and nothing
  * changed if it cannot fit. */
 int cache_evict_for(cache *c, uint64_t need, shoal_err *err);
+
+/* ---- heat.c ---- */
+/* Add n requests to (model, layer, expert) when the table is loaded. */
+void cache_heat_add(cache *c, int64_t model, int32_t layer, int32_t expert, uint64_t n);
+/* (Re)load the table from the flushed counters (writer; flush first). */
+int  cache_heat_load(cache *c, shoal_err *err);
+void cache_heat_free(cache *c);
 
 /* ---- stats.c ---- */
 void cache_stats_note_access(cache *c, uint32_t idx);

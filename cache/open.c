@@ -641,6 +641,8 @@ int cache_open(const char *dir, const cache_config *cfg, cache **out,
             goto fail;
         if ((rc = cache_budget_set(c, err)) != 0)
             goto fail;
+        if ((rc = cache_heat_load(c, err)) != 0)
+            goto fail;
         cache_reserve_take(c);
         if (c->used > c->budget) {
             /* The budget shrank since the last run: come down to it now. */
@@ -676,6 +678,7 @@ void cache_close(cache *c)
     cmap_free(&c->by_key);
     cmap_free(&c->by_id);
     cache_stats_free(c);
+    cache_heat_free(c);
     if (c->blobs_fd >= 0)
         close(c->blobs_fd);
     if (c->lock_fd >= 0)

@@ -107,8 +107,10 @@ void cache_stats_add_counts(cache *c, const cache_req *req, const cache_counts *
     if (req->layer >= 0) {
         int64_t m = req->model > 0 ? req->model : 0;
         count_into(count_row(c, 0, m, req->layer, -1, tier), n);
-        if (req->expert >= 0)
+        if (req->expert >= 0) {
             count_into(count_row(c, 0, m, req->layer, req->expert, tier), n);
+            cache_heat_add(c, m, req->layer, req->expert, n->hits + n->misses + n->joins);
+        }
     }
     c->pending_events++;
 }

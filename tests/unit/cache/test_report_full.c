@@ -26,6 +26,7 @@
 #include "cache/cache.h"
 #include "common/json.h"
 #include "common/manifest.h"
+#include "common/sys.h"
 #include "tests/unit/cache/cache_testutil.h"
 
 #define EP        "https://huggingface.co"
@@ -256,6 +257,58 @@ static void test_full_size_grid(void **state)
     }
 }
 
+/* The ranking warm --experts top:N uses: every expert, hottest first, from
+ * the writer's table and from the index alike, and live: counts added
+ * after the open move an expert up at once. */
+static int heat_ref_cmp(const void *a, const void *b)
+{
+    const cache_heat *x = a, *y = b;
+    if (x->requests != y->requests)
+        return x->requests > y->requests ? -1 : 1;
+    return x->layer != y->layer ? (x->layer < y->layer ? -1 : 1) : (x->expert < y->expert ? -1 : 1);
+}
+
+static void test_heat_ranking(void **state)
+{
+    fx *f = *state;
+    size_t total = (K3_LAYERS - 1) * K3_EXPERTS, n = 0, k = 0;
+    cache_heat *ref = calloc(total, sizeof *ref), *got = NULL;
+    shoal_err e;
+
+    for (uint32_t l = 1; l < K3_LAYERS; l++)
+        for (uint32_t x = 0; x < K3_EXPERTS; x++)
+            ref[k++] = (cache_heat){ (int32_t)l, (int32_t)x, k3_requests(l, x) };
+    qsort(ref, total, sizeof *ref, heat_ref_cmp);
+    for (int ro = 1; ro >= 0; ro--) {
+        fx_open(f, ro);
+        uint64_t t0 = shoal_now_ns();
+        if (cache_heat_top(f->c, 1, 0, &got, &n, &e))
+            fail_msg("heat: %s", e.msg);
+        print_message("ranking %zu experts (%s): %.1f ms\n", n, ro ? "reader, SQLite" : "writer, "
+                      "in memory", (double)(shoal_now_ns() - t0) / 1e6);
+        assert_int_equal(n, total);
+        assert_memory_equal(got, ref, total * sizeof *ref);
+        free(got);
+        if (cache_heat_top(f->c, 1, 100, &got, &n, &e))
+            fail_msg("heat: %s", e.msg);
+        assert_int_equal(n, 100);
+        assert_memory_equal(got, ref, 100 * sizeof *ref);
+        free(got);
+    }
+    /* live: expert (5, 7) becomes the hottest */
+    cache_counts more = { 10000000, 0, 0, 0, 0, 0 };
+    cache_req q = { 0, 1, 5, 7, CACHE_TIER_RAM };
+    cache_stats_add_counts(f->c, &q, &more);
+    if (cache_heat_top(f->c, 1, 1, &got, &n, &e))
+        fail_msg("heat: %s", e.msg);
+    assert_int_equal(n, 1);
+    assert_int_equal(got[0].layer, 5);
+    assert_int_equal(got[0].expert, 7);
+    assert_int_equal(got[0].requests, k3_requests(5, 7) + 10000000);
+    free(got);
+    free(ref);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--populate") == 0) {
@@ -264,6 +317,7 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_full_size_grid, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_heat_ranking, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
