@@ -233,6 +233,37 @@ int cache_pin_lift(cache *c, const cache_key *keys, size_t n, int lift, size_t *
 /* Restore the kind pin of every lifted object (shoald --keep-spine). */
 int cache_pin_lift_clear(cache *c, size_t *changed, shoal_err *err);
 
+/* What storing a selection of objects would do to the budget: every warm
+ * job is planned before it starts, and `shoal warm --dry-run` shows it. */
+typedef struct cache_plan {
+    uint64_t budget, used, reserved, pinned;   /* now */
+    uint64_t held_back;            /* the caller's: bytes other plans still fetch */
+    uint64_t objects, bytes;       /* the selection */
+    uint64_t cached_objects, cached_bytes;     /* already cached: kept */
+    uint64_t fetch_objects, fetch_bytes;       /* to fetch: they fit */
+    uint64_t over_objects, over_bytes;         /* would not fit */
+    uint64_t over_pinned;          /* of those, objects pinned by kind (spine, small) */
+    uint64_t room;                 /* for the selection's new objects: budget - pinned
+                                      - reserved - held_back - its cached unpinned bytes */
+    uint64_t evict_objects, evict_bytes;       /* what making room takes */
+    uint64_t evict_kind[CACHE_KIND_COUNT_];    /* ... its bytes by kind */
+} cache_plan;
+
+/* fate[i] of a plan (may be NULL). */
+enum { CACHE_PLAN_OVER = 0, CACHE_PLAN_FETCH = 1, CACHE_PLAN_CACHED = 2 };
+
+/* Plan storing keys[0..n) (kinds[i]: what each would be; NULL: experts),
+ * in priority order: the objects not cached take the room in that order
+ * and the first that does not fit ends the fitting part (so a trimmed
+ * selection is a prefix: the hottest experts first).  Eviction is what
+ * the policy would take to make room — the least valuable unpinned
+ * objects outside the selection.  touch: refresh the access time of the
+ * selection's cached objects, so evictions while it is fetched take
+ * others first.  Needs a writer; changes nothing else. */
+int cache_plan_make(cache *c, const cache_key *keys, const cache_kind *kinds, size_t n,
+                    uint64_t held_back, int touch, cache_plan *out, uint8_t *fate,
+                    shoal_err *err);
+
 /* Remove one object now.  SHOAL_ENOTFOUND if absent. */
 int cache_remove(cache *c, const cache_key *key, shoal_err *err);
 

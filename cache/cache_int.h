@@ -194,7 +194,8 @@ int  cache_heat_load(cache *c, shoal_err *err);
 void cache_heat_free(cache *c);
 
 /* ---- stats.c ---- */
-void cache_stats_note_access(cache *c, uint32_t idx);
+void cache_stats_note_access(cache *c, uint32_t idx);   /* a hit: recency and frequency */
+void cache_stats_note_touch(cache *c, uint32_t idx);    /* recency only */
 void cache_stats_free(cache *c);
 int  cache_names_insert(cache *c, uint64_t id, const cache_names *names, shoal_err *err);
 int  cache_model_id(cache *c, const cache_names *names, int64_t *id, shoal_err *err);

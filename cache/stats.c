@@ -123,13 +123,12 @@ void cache_stats_add(cache *c, const cache_req *req, cache_outcome outcome,
     cache_stats_add_counts(c, req, &n);
 }
 
-void cache_stats_note_access(cache *c, uint32_t idx)
+/* Recency for the eviction policy; the index learns it at the next flush. */
+void cache_stats_note_touch(cache *c, uint32_t idx)
 {
     cobj *o = &c->objs[idx];
 
     o->last_access_ms = shoal_wall_ms();
-    o->hits++;
-    o->hits_pending++;
     if (o->dirty)
         return;
     if (c->ndirty == c->capdirty) {
@@ -142,6 +141,13 @@ void cache_stats_note_access(cache *c, uint32_t idx)
     }
     o->dirty = 1;
     c->dirty[c->ndirty++] = o->id;
+}
+
+void cache_stats_note_access(cache *c, uint32_t idx)
+{
+    c->objs[idx].hits++;
+    c->objs[idx].hits_pending++;
+    cache_stats_note_touch(c, idx);
 }
 
 int cache_flush_due(const cache *c)
