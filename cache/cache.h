@@ -240,11 +240,12 @@ typedef struct cache_plan {
     uint64_t held_back;            /* the caller's: bytes other plans still fetch */
     uint64_t objects, bytes;       /* the selection */
     uint64_t cached_objects, cached_bytes;     /* already cached: kept */
+    uint64_t kept;                 /* of those, the unpinned bytes (they take room) */
     uint64_t fetch_objects, fetch_bytes;       /* to fetch: they fit */
     uint64_t over_objects, over_bytes;         /* would not fit */
     uint64_t over_pinned;          /* of those, objects pinned by kind (spine, small) */
     uint64_t room;                 /* for the selection's new objects: budget - pinned
-                                      - reserved - held_back - its cached unpinned bytes */
+                                      - reserved - held_back - kept */
     uint64_t evict_objects, evict_bytes;       /* what making room takes */
     uint64_t evict_kind[CACHE_KIND_COUNT_];    /* ... its bytes by kind */
 } cache_plan;

@@ -215,6 +215,7 @@ int cache_plan_make(cache *c, const cache_key *keys, const cache_kind *kinds, si
         if (fate)
             fate[i] = CACHE_PLAN_CACHED;
     }
+    p->kept = kept;
     {
         uint64_t taken0 = p->pinned + p->reserved + held_back + kept;
         p->room = taken0 < p->budget ? p->budget - taken0 : 0;

@@ -213,6 +213,8 @@ static void begin(shoal_client *c, uint16_t type)
     shoal_msg_begin(&c->msg, type, 0, c->next_id++);
 }
 
+static int json_call(shoal_client *c, shoal_buf *out, shoal_err *err);
+
 /* ---- connect ---------------------------------------------------------------- */
 
 static int client_hello(shoal_client *c, const char *name, int timeout_ms, shoal_err *err)
@@ -537,20 +539,34 @@ int shoal_client_get(shoal_client *c, uint32_t handle, int priority, const shoal
     return rc;
 }
 
+/* WARM's body for a selection (its byte may carry SHOAL_WARM_F_* flags). */
+static void warm_body(shoal_client *c, uint32_t handle, int selection, uint32_t a, uint32_t b)
+{
+    int sel = selection & SHOAL_WARM_SEL_MASK;
+    begin(c, SHOAL_MSG_WARM);
+    shoal_msg_put_u32(&c->msg, handle);
+    shoal_msg_put_u8(&c->msg, (uint8_t)selection);
+    if (sel == SHOAL_WARM_LAYERS) {
+        shoal_msg_put_u16(&c->msg, (uint16_t)a);
+        shoal_msg_put_u16(&c->msg, (uint16_t)b);
+    } else if (sel == SHOAL_WARM_TOP) {
+        shoal_msg_put_u32(&c->msg, a);
+    }
+}
+
+int shoal_client_warm_plan(shoal_client *c, uint32_t handle, int selection, uint32_t a,
+                           uint32_t b, shoal_buf *out, shoal_err *err)
+{
+    warm_body(c, handle, selection | SHOAL_WARM_F_PLAN, a, b);
+    return json_call(c, out, err);
+}
+
 int shoal_client_warm(shoal_client *c, uint32_t handle, int selection, uint32_t a, uint32_t b,
                       uint64_t *job, shoal_err *err)
 {
     shoal_msg_reader r;
     int rc;
-    begin(c, SHOAL_MSG_WARM);
-    shoal_msg_put_u32(&c->msg, handle);
-    shoal_msg_put_u8(&c->msg, (uint8_t)selection);
-    if (selection == SHOAL_WARM_LAYERS) {
-        shoal_msg_put_u16(&c->msg, (uint16_t)a);
-        shoal_msg_put_u16(&c->msg, (uint16_t)b);
-    } else if (selection == SHOAL_WARM_TOP) {
-        shoal_msg_put_u32(&c->msg, a);
-    }
+    warm_body(c, handle, selection & ~SHOAL_WARM_F_PLAN, a, b);
     rc = client_call(c, SHOAL_MSG_JOB_OK, NULL, err);
     if (rc)
         return rc;

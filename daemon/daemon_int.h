@@ -181,7 +181,8 @@ typedef struct daemon_request {
     /* GET, PIN, WARM, RELEASE */
     uint32_t handle;
     uint8_t  priority;             /* GET; PIN: on/off; VERIFY: deep */
-    uint8_t  selection;            /* WARM */
+    uint8_t  selection;            /* WARM (the low 6 bits of its byte) */
+    uint8_t  warm_flags;           /* WARM: SHOAL_WARM_F_FIT, SHOAL_WARM_F_PLAN */
     uint32_t a, b;                 /* WARM arguments */
     uint16_t nkeys;
     shoal_key keys[SHOAL_PROTO_MAX_KEYS];   /* names borrowed from the body */
@@ -368,6 +369,35 @@ int ops_dispatch(conn *c, const daemon_request *rq);
 /* A transfer ended: answer the waiters of x. */
 void ops_xfer_finished(shoald *d, xfer *x, int rc, const char *msg);
 
+/* ---- plan.c ---------------------------------------------------------------------- */
+
+/* A warm selection as objects, planned against the budget. */
+typedef struct warm_sel {
+    objref  *items;                /* to warm, in file order (etags borrowed from
+                                      the model's manifest) */
+    size_t   n;
+    int32_t *pairs;                /* selection 3: the top N, resolved */
+    size_t   npairs;
+    cache_plan plan;               /* of the whole selection, in priority order */
+    uint64_t left_objects, left_bytes;   /* spine matrices its cached pack replaces */
+    uint64_t pinned_need;          /* bytes to fetch that would be pinned (spine, small) */
+    int      trimmed;              /* fit: what did not fit was dropped from items */
+    int      refused;              /* it cannot start: why says what to do */
+    char     why[SHOAL_ERR_MSG_MAX];
+} warm_sel;
+
+/* Build and plan a selection (WARM's selection, a, b; pairs for 4) of m.
+ * fit: drop what does not fit (hottest first kept) instead of refusing;
+ * touch: refresh the selection's cached objects (a job starts);
+ * held_back: bytes other jobs still fetch.  0 with *s filled (s->refused
+ * when it must not start), or a negative code.  plan_free releases it. */
+int   plan_select(shoald *d, model *m, int selection, uint32_t a, uint32_t b,
+                  const int32_t *pairs, size_t npairs, int fit, int touch, uint64_t held_back,
+                  warm_sel *s, shoal_err *err);
+void  plan_free(warm_sel *s);
+/* "shoal.warm.plan" (docs/stats-json.md) as a shoal_json *. */
+void *plan_json(const warm_sel *s, const model *m, int selection, uint32_t a, uint32_t b, int fit);
+
 /* ---- warm.c ---------------------------------------------------------------------- */
 
 struct warm;
@@ -375,8 +405,13 @@ int  warm_new(shoald *d, struct warm **out, shoal_err *err);
 void warm_free(struct warm *w);
 /* Resume the jobs of a previous run (after the loop and sched exist). */
 void warm_resume_all(struct warm *w);
-int  warm_start(struct warm *w, model *m, int selection, uint32_t a, uint32_t b,
+/* Start a job (flags: SHOAL_WARM_F_FIT) after planning it: SHOAL_ENOSPC
+ * with what to do when the selection cannot fit. */
+int  warm_start(struct warm *w, model *m, int selection, int flags, uint32_t a, uint32_t b,
                 const shoal_key *keys, size_t nkeys, uint64_t *job, shoal_err *err);
+/* WARM with SHOAL_WARM_F_PLAN: the plan as JSON into out, no job. */
+int  warm_plan(struct warm *w, model *m, int selection, int flags, uint32_t a, uint32_t b,
+               const shoal_key *keys, size_t nkeys, shoal_buf *out, shoal_err *err);
 int  warm_status(struct warm *w, uint64_t job, uint8_t *state, uint64_t *bytes_done,
                  uint64_t *bytes_total, uint32_t *objs_done, uint32_t *objs_total,
                  uint32_t *errors, char *last_error, size_t cap);
