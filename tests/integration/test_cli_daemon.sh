@@ -157,7 +157,8 @@ S stats | grep -q 'shoald is not running' || fail "human stats should say the da
 S ls | grep -q '^t/tiny ' || fail "ls"
 # estimate from the cached manifest, with the upstream rate of past transfers
 S estimate $M --disk-bytes 8M --mem-bytes 16M > "$T/est.out" || { cat "$T/est.out"; fail "estimate"; }
-grep -q "the manifest's spine tensors" "$T/est.out" && grep -Eq 'upstream +up += [0-9.]+ [KMG]?i?B/s' "$T/est.out" \
+grep -q "shapes from the cached manifest's config.json" "$T/est.out" && grep -q '^  spine (int8) ' "$T/est.out" \
+    && grep -Eq 'upstream +up += [0-9.]+ [KMG]?i?B/s' "$T/est.out" \
     && [ "$(grep -cE '^ +=.* = [0-9.e+-]+ s$' "$T/est.out")" = 3 ] || { cat "$T/est.out"; fail "estimate of a cached model"; }
 S rm $M > "$T/rm.out" || { cat "$T/rm.out"; fail "rm"; }
 S stats --json > "$T/s6.json"

@@ -133,6 +133,27 @@ for w in 'experts per token  E = ' 'from RAM +\(S \+ E\) / mem' 'from disk +S/me
     grep -Eq "$w" "$T/est.out" || { cat "$T/est.out"; fail "estimate lacks /$w/"; }
 done
 [ "$(grep -cE '^ +=.* = [0-9.e+-]+ s$' "$T/est.out")" = 3 ] || { cat "$T/est.out"; fail "estimate: three results"; }
+# The spine from the config's shapes: its BF16 tally is what the checkpoint
+# holds (index total_size minus the routed experts), and the formats differ.
+/usr/bin/python3 - "$T/m" "$T/est.out" <<'PY' || { cat "$T/est.out"; fail "estimate: the checkpoint's spine"; }
+import json, re, sys
+d = sys.argv[1]
+c = json.load(open(d + "/config.json")); c = c.get("text_config", c)
+total = json.load(open(d + "/model.safetensors.index.json"))["metadata"]["total_size"]
+moe = sum(1 for i in range(c["num_hidden_layers"]) if i >= c["first_k_dense_replace"])
+span = 3 * c["moe_intermediate_size"] * c["routed_expert_hidden_size"] * 17 // 32
+v = float(total - moe * c["num_experts"] * span)
+u = 0
+while v >= 1024 and u < 5:
+    v /= 1024; u += 1
+want = ("%.2f %s" if v < 10 else "%.1f %s" if v < 100 else "%.0f %s") % (v, ["B", "KiB", "MiB", "GiB"][u])
+line = [l for l in open(sys.argv[2]) if "checkpoint:" in l][0]
+assert ("checkpoint: %s BF16" % want) in line, (line, want)
+PY
+S estimate "$T/m" --spine int4 --disk-bytes 8M --mem-bytes 16M --upstream 50M > "$T/est4.out" || fail "estimate --spine int4"
+grep -q '^  spine (int4) ' "$T/est4.out" || { cat "$T/est4.out"; fail "estimate --spine int4"; }
+[ "$(grep 'S = ' "$T/est.out")" != "$(grep 'S = ' "$T/est4.out" | sed 's/int4/int8/')" ] || fail "int4 and int8 spines should differ"
+S estimate "$T/m" --spine int3 > /dev/null 2>&1; [ $? = 2 ] || fail "--spine int3 should be a usage error"
 /usr/bin/python3 - "$T/m/config.json" "$T/est.out" <<'PY' || fail "estimate: E"
 import json, re, sys
 c = json.load(open(sys.argv[1])); c = c.get("text_config", c)
