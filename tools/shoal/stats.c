@@ -242,6 +242,9 @@ static void print_disk(FILE *f, const shoal_json *j)
                fmt_size((uint64_t)jint(j, "disk.budget", 0), b), fmt_pct(jnum(j, "disk.use", 0), c));
     if (!jnull(j, "daemon"))
         fmt_kv(f, 2, "pinned", "%10s", fmt_size((uint64_t)jint(j, "disk.pinned", 0), a));
+    if (jint(j, "disk.lifted", 0))
+        fmt_kv(f, 2, "spine replaced by its pack", "%10s  (evictable)",
+               fmt_size((uint64_t)jint(j, "disk.lifted", 0), a));
     fmt_kv(f, 2, "objects", "%10s", fmt_count((uint64_t)jint(j, "disk.objects", 0), a));
     if (!jnull(j, "daemon"))
         fmt_kv(f, 2, "evicted since start", "%10s  (%s)",
