@@ -309,6 +309,42 @@ static void test_heat_ranking(void **state)
     free(ref);
 }
 
+/* A plan of all 82,432 experts (none cached) against the fixture's 64 MiB:
+ * the first three fit (three 17.5 MB spans beside the 1.6 MB manifest,
+ * so nothing is evicted), in the order given; the time is printed. */
+static void test_plan_full_size(void **state)
+{
+    fx *f = *state;
+    size_t n = (K3_LAYERS - 1) * K3_EXPERTS, k = 0;
+    cache_key *keys = calloc(n, sizeof *keys);
+    char (*etags)[80] = calloc(K3_LAYERS, sizeof *etags);
+    uint8_t *fate = calloc(n, 1);
+    cache_plan p;
+    shoal_err e;
+
+    fx_open(f, 0);
+    for (uint32_t l = 1; l < K3_LAYERS; l++) {
+        snprintf(etags[l], sizeof etags[l], "%064x", l + 1);
+        for (uint32_t x = 0; x < K3_EXPERTS; x++)
+            keys[k++] = (cache_key){ etags[l], K3_HEAD + x * K3_SPAN, K3_SPAN };
+    }
+    uint64_t t0 = shoal_now_ns();
+    if (cache_plan_make(f->c, keys, NULL, n, 0, 0, &p, fate, &e))
+        fail_msg("plan: %s", e.msg);
+    print_message("planning %zu experts: %.1f ms\n", n, (double)(shoal_now_ns() - t0) / 1e6);
+    assert_int_equal(p.objects, n);
+    assert_int_equal(p.cached_objects, 0);
+    assert_int_equal(p.pinned, 0);
+    assert_int_equal(p.fetch_objects, 3);
+    assert_int_equal(p.evict_objects, 0);
+    assert_int_equal(p.fetch_objects + p.over_objects, n);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(fate[i], i < p.fetch_objects ? CACHE_PLAN_FETCH : CACHE_PLAN_OVER);
+    free(keys);
+    free(etags);
+    free(fate);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--populate") == 0) {
@@ -318,6 +354,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_full_size_grid, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_heat_ranking, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_plan_full_size, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
