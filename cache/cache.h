@@ -78,6 +78,10 @@ typedef struct cache_config {
     uint64_t max_bytes;
     double   free_share;      /* default 0.90 */
     uint64_t floor_bytes;     /* default 10 GiB */
+    /* 1: refuse (SHOAL_EINVAL, with the figures) a max_bytes larger than
+     * the disk can give: its free space + what the cache holds.  shoald
+     * sets it; tests that want a budget past a small disk leave it 0. */
+    int      budget_fits_disk;
     uint32_t pin_kinds;       /* CACHE_PIN_KIND bits; default spine|small */
     int      read_only;       /* open beside a writer, no lock, no repair */
     /* Counter flushes: due after this many recorded events or this many
@@ -206,8 +210,60 @@ typedef struct cache_obj {
 int cache_lookup(cache *c, const cache_key *key, const cache_req *req,
                  cache_obj *out, shoal_err *err);
 
+/* The first cached object of this kind whose etag starts with `prefix`
+ * (derived objects: their etag names their source and format, so a
+ * prefix asks "is any version of it cached?").  0 with *out filled (its
+ * etag copied into etag, cap >= CACHE_ETAG_MAX + 1) or SHOAL_ENOTFOUND.
+ * A writer scans its table in memory (K3's 82,432 objects: ~1 ms). */
+int cache_find_prefix(cache *c, const char *prefix, cache_kind kind, cache_key *out, char *etag,
+                      size_t cap, shoal_err *err);
+
 /* Pin or unpin one object (pinned objects are never evicted). */
 int cache_pin(cache *c, const cache_key *key, int on, shoal_err *err);
+
+/* Lift (lift = 1) or restore (0) the pin n objects have by their kind,
+ * in one transaction.  A lifted object is evictable like any unpinned one
+ * and stays until space is needed — the BF16 spine matrices a derived pack
+ * replaces (shoald, docs/daemon.md).  Objects pinned by cache_pin stay
+ * pinned; keys not cached are skipped.  *changed (may be NULL): objects
+ * whose state changed.  Stored (objects.pinned = 2). */
+int cache_pin_lift(cache *c, const cache_key *keys, size_t n, int lift, size_t *changed,
+                   shoal_err *err);
+
+/* Restore the kind pin of every lifted object (shoald --keep-spine). */
+int cache_pin_lift_clear(cache *c, size_t *changed, shoal_err *err);
+
+/* What storing a selection of objects would do to the budget: every warm
+ * job is planned before it starts, and `shoal warm --dry-run` shows it. */
+typedef struct cache_plan {
+    uint64_t budget, used, reserved, pinned;   /* now */
+    uint64_t held_back;            /* the caller's: bytes other plans still fetch */
+    uint64_t objects, bytes;       /* the selection */
+    uint64_t cached_objects, cached_bytes;     /* already cached: kept */
+    uint64_t kept;                 /* of those, the unpinned bytes (they take room) */
+    uint64_t fetch_objects, fetch_bytes;       /* to fetch: they fit */
+    uint64_t over_objects, over_bytes;         /* would not fit */
+    uint64_t over_pinned;          /* of those, objects pinned by kind (spine, small) */
+    uint64_t room;                 /* for the selection's new objects: budget - pinned
+                                      - reserved - held_back - kept */
+    uint64_t evict_objects, evict_bytes;       /* what making room takes */
+    uint64_t evict_kind[CACHE_KIND_COUNT_];    /* ... its bytes by kind */
+} cache_plan;
+
+/* fate[i] of a plan (may be NULL). */
+enum { CACHE_PLAN_OVER = 0, CACHE_PLAN_FETCH = 1, CACHE_PLAN_CACHED = 2 };
+
+/* Plan storing keys[0..n) (kinds[i]: what each would be; NULL: experts),
+ * in priority order: the objects not cached take the room in that order
+ * and the first that does not fit ends the fitting part (so a trimmed
+ * selection is a prefix: the hottest experts first).  Eviction is what
+ * the policy would take to make room — the least valuable unpinned
+ * objects outside the selection.  touch: refresh the access time of the
+ * selection's cached objects, so evictions while it is fetched take
+ * others first.  Needs a writer; changes nothing else. */
+int cache_plan_make(cache *c, const cache_key *keys, const cache_kind *kinds, size_t n,
+                    uint64_t held_back, int touch, cache_plan *out, uint8_t *fate,
+                    shoal_err *err);
 
 /* Remove one object now.  SHOAL_ENOTFOUND if absent. */
 int cache_remove(cache *c, const cache_key *key, shoal_err *err);
@@ -217,6 +273,7 @@ typedef struct cache_usage {
     uint64_t used;            /* committed objects */
     uint64_t reserved;        /* active writers */
     uint64_t pinned;          /* bytes of pinned objects */
+    uint64_t lifted;          /* bytes whose kind pin is lifted (cache_pin_lift) */
     uint64_t objects;
     uint64_t evicted;         /* objects evicted since open */
     uint64_t evicted_bytes;
@@ -284,12 +341,29 @@ int cache_session_close(cache *c, uint64_t session, shoal_err *err);
 void cache_stats_add(cache *c, const cache_req *req, cache_outcome outcome,
                      uint64_t bytes_in, uint64_t bytes_out, uint64_t wait_ns);
 
+/* Add a batch of counts at once (a client's report, or a fixture): the
+ * same rows as cache_stats_add, n's fields added as they are; one event
+ * towards the flush threshold. */
+void cache_stats_add_counts(cache *c, const cache_req *req, const cache_counts *n);
+
 /* Nonzero when enough events or time have gathered for a flush. */
 int cache_flush_due(const cache *c);
 
 /* Write pending counters and access times in one transaction.  The daemon
  * calls it from a timer; commits and close also flush when due. */
 int cache_flush(cache *c, shoal_err *err);
+
+/* Experts of `model` by requests (hits + misses + joins, both tiers, every
+ * count so far), most first (ties: lower layer, then lower id); experts
+ * never asked for are left out.  max 0: all.  *out (caller frees) holds
+ * *n rows.  A writer ranks from a table kept in memory (no SQLite: K3's
+ * 82,432 experts in a few ms); a reader asks the index. */
+typedef struct cache_heat {
+    int32_t  layer, expert;
+    uint64_t requests;
+} cache_heat;
+int cache_heat_top(cache *c, int64_t model, size_t max, cache_heat **out, size_t *n,
+                   shoal_err *err);
 
 typedef enum cache_stats_level {
     CACHE_STATS_TOTAL = 0,    /* one row per tier */

@@ -3,8 +3,9 @@
  *
  * Files: open.c (open/close, lock, budget, repair at open), write.c (the
  * writer), read.c (lookup, pins, remove, list, verify), evict.c (the
- * eviction policy), stats.c (counters, sessions), meta.c (models, files),
- * db.c (schema and statements), map.c (hash index), io.c (syscall table).
+ * eviction policy, lifted pins, plans), stats.c (counters, sessions),
+ * heat.c (requests per expert in memory), meta.c (models, files), db.c
+ * (schema and statements), map.c (hash index), io.c (syscall table).
  */
 #ifndef SHOAL_CACHE_INT_H
 #define SHOAL_CACHE_INT_H
@@ -44,6 +45,16 @@ int      cmap_set(cmap *m, uint64_t h, uint32_t old, uint32_t v);
 void     cmap_clear(cmap *m);
 void     cmap_free(cmap *m);
 
+/* objects.pinned / cobj.pinned: 0 the kind decides (cache_config.pin_kinds),
+ * 1 pinned by cache_pin, 2 the kind's pin lifted (cache_pin_lift: evictable). */
+enum { CACHE_PINNED_KIND = 0, CACHE_PINNED_YES = 1, CACHE_PINNED_LIFTED = 2 };
+
+static inline int cache_pin_effective(int stored, uint32_t pin_kinds, int kind)
+{
+    return stored == CACHE_PINNED_YES ||
+           (stored == CACHE_PINNED_KIND && (pin_kinds & CACHE_PIN_KIND(kind)));
+}
+
 /* ---- one committed object, as the writer holds it in memory ---- */
 typedef struct cobj {
     uint64_t id;
@@ -55,7 +66,7 @@ typedef struct cobj {
     uint32_t hits_pending;    /* hits not yet written to the index */
     int32_t  layer, expert;
     uint8_t  kind;
-    uint8_t  pinned;          /* pinned by cache_pin (kind pins are apart) */
+    uint8_t  pinned;          /* CACHE_PINNED_*: by cache_pin, by kind, or lifted */
     uint8_t  dirty;           /* on the access-flush list */
     uint8_t  xxh[16];
 } cobj;
@@ -68,6 +79,13 @@ typedef struct ccount {
     int32_t  tier;
     cache_counts v;
 } ccount;
+
+/* ---- one expert's requests, as heat.c keeps them ---- */
+typedef struct cheat {
+    int64_t  model;
+    int32_t  layer, expert;
+    uint64_t requests;        /* hits + misses + joins, both tiers */
+} cheat;
 
 /* Prepared statements, made once at open. */
 enum {
@@ -117,6 +135,12 @@ struct cache {
     uint64_t  last_flush_ns;
 
     struct cache_writer *writers;   /* active writers */
+
+    /* Requests per expert (heat.c); valid while heat_ready. */
+    cheat    *heat;
+    size_t    nheat, capheat;
+    cmap      by_heat;
+    int       heat_ready;
 };
 
 /* ---- db.c ---- */
@@ -162,8 +186,16 @@ int cache_objs_delete(cache *c, const uint64_t *ids, size_t n, shoal_err *err);
  * changed if it cannot fit. */
 int cache_evict_for(cache *c, uint64_t need, shoal_err *err);
 
+/* ---- heat.c ---- */
+/* Add n requests to (model, layer, expert) when the table is loaded. */
+void cache_heat_add(cache *c, int64_t model, int32_t layer, int32_t expert, uint64_t n);
+/* (Re)load the table from the flushed counters (writer; flush first). */
+int  cache_heat_load(cache *c, shoal_err *err);
+void cache_heat_free(cache *c);
+
 /* ---- stats.c ---- */
-void cache_stats_note_access(cache *c, uint32_t idx);
+void cache_stats_note_access(cache *c, uint32_t idx);   /* a hit: recency and frequency */
+void cache_stats_note_touch(cache *c, uint32_t idx);    /* recency only */
 void cache_stats_free(cache *c);
 int  cache_names_insert(cache *c, uint64_t id, const cache_names *names, shoal_err *err);
 int  cache_model_id(cache *c, const cache_names *names, int64_t *id, shoal_err *err);

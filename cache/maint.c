@@ -198,7 +198,10 @@ int cache_report_rm(cache *c, const char *spec, shoal_buf *out, shoal_err *err)
         return shoal_err_set(err, SHOAL_EINVAL, "rm: which model? (`shoal ls` lists them)");
     if ((rc = report_models_find(c, spec, &ms, err)) != 0)
         return rc;
-    rc = rm_temp(c, &ms, err);
+    /* pending counts of these models would come back at the next flush */
+    rc = cache_flush(c, err);
+    if (rc == 0)
+        rc = rm_temp(c, &ms, err);
     if (rc == 0)
         rc = rm_objects(c, &ids, &n, &bytes, &shared, err);
     /* Objects first (rows, then blobs: invariant 7), then what named them. */
@@ -218,6 +221,8 @@ int cache_report_rm(cache *c, const char *spec, shoal_buf *out, shoal_err *err)
         rc = rc ? (cache_db_rollback(c), rc) : cache_db_commit(c, err);
     }
     free(ids);
+    if (rc == 0)
+        rc = cache_heat_load(c, err);   /* their counters are gone */
     if (rc) {
         report_models_free(&ms);
         return rc;

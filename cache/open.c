@@ -76,7 +76,7 @@ uint64_t cache_id_hash(uint64_t id)
 
 int cache_obj_pinned(const cache *c, const cobj *o)
 {
-    return o->pinned || (c->cfg.pin_kinds & CACHE_PIN_KIND(o->kind));
+    return cache_pin_effective(o->pinned, c->cfg.pin_kinds, o->kind);
 }
 
 int cache_key_check(const cache_key *key, shoal_err *err)
@@ -222,17 +222,47 @@ static int cache_lock(cache *c, shoal_err *err)
     return 0;
 }
 
-static int cache_budget_set(cache *c, shoal_err *err)
+/* What the disk can give the cache: free space + what it holds now. */
+static int cache_disk_room(const cache *c, uint64_t *room, uint64_t *free_bytes, shoal_err *err)
 {
     struct statvfs sv;
+    if (statvfs(c->dir, &sv) != 0)
+        return shoal_err_set(err, SHOAL_EIO, "statvfs %s: %s", c->dir, strerror(errno));
+    *free_bytes = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+    *room = *free_bytes + c->used;
+    return 0;
+}
 
-    if (c->cfg.max_bytes) {
+static int cache_budget_set(cache *c, shoal_err *err)
+{
+    uint64_t room = 0, free_bytes = 0;
+    int rc;
+
+    if (c->cfg.max_bytes && !c->cfg.budget_fits_disk) {
         c->budget = c->cfg.max_bytes;
         return 0;
     }
-    if (statvfs(c->dir, &sv) != 0)
-        return shoal_err_set(err, SHOAL_EIO, "statvfs %s: %s", c->dir, strerror(errno));
-    double avail = (double)sv.f_bavail * (double)sv.f_frsize + (double)c->used;
+    if ((rc = cache_disk_room(c, &room, &free_bytes, err)) != 0)
+        return rc;
+    if (c->cfg.max_bytes) {
+        char b[32], f[32], u[32], r[32], most[32];
+        /* the advice rounds down, so following it works */
+        if (room >= (1ull << 30))
+            snprintf(most, sizeof most, "%lluG", (unsigned long long)(room >> 30));
+        else
+            snprintf(most, sizeof most, "%llu", (unsigned long long)room);
+        if (c->cfg.max_bytes > room)
+            return shoal_err_set(err, SHOAL_EINVAL, "the budget %s is larger than the disk can "
+                                 "give the cache: %s free + %s cached = %s in %s; ask for at most "
+                                 "%s, or free disk space",
+                                 shoal_size_format(c->cfg.max_bytes, b, sizeof b),
+                                 shoal_size_format(free_bytes, f, sizeof f),
+                                 shoal_size_format(c->used, u, sizeof u),
+                                 shoal_size_format(room, r, sizeof r), c->dir, most);
+        c->budget = c->cfg.max_bytes;
+        return 0;
+    }
+    double avail = (double)room;
     double share = c->cfg.free_share > 0 && c->cfg.free_share <= 1 ? c->cfg.free_share : 0.9;
     double b = avail * share;
     if (b > avail - (double)c->cfg.floor_bytes)
@@ -611,6 +641,8 @@ int cache_open(const char *dir, const cache_config *cfg, cache **out,
             goto fail;
         if ((rc = cache_budget_set(c, err)) != 0)
             goto fail;
+        if ((rc = cache_heat_load(c, err)) != 0)
+            goto fail;
         cache_reserve_take(c);
         if (c->used > c->budget) {
             /* The budget shrank since the last run: come down to it now. */
@@ -646,6 +678,7 @@ void cache_close(cache *c)
     cmap_free(&c->by_key);
     cmap_free(&c->by_id);
     cache_stats_free(c);
+    cache_heat_free(c);
     if (c->blobs_fd >= 0)
         close(c->blobs_fd);
     if (c->lock_fd >= 0)
@@ -675,8 +708,11 @@ int cache_usage_get(cache *c, cache_usage *out, shoal_err *err)
     out->objects = c->nobjs;
     out->evicted = c->evicted;
     out->evicted_bytes = c->evicted_bytes;
-    for (size_t i = 0; i < c->nobjs; i++)
+    for (size_t i = 0; i < c->nobjs; i++) {
         if (cache_obj_pinned(c, &c->objs[i]))
             out->pinned += c->objs[i].len;
+        else if (c->objs[i].pinned == CACHE_PINNED_LIFTED)
+            out->lifted += c->objs[i].len;
+    }
     return 0;
 }

@@ -38,7 +38,7 @@ static int lookup_ro(cache *c, const cache_key *key, cache_obj *out, shoal_err *
         out->id = (uint64_t)sqlite3_column_int64(s, 0);
         out->length = (uint64_t)sqlite3_column_int64(s, 1);
         out->kind = (cache_kind)sqlite3_column_int(s, 2);
-        out->pinned = sqlite3_column_int(s, 3) || (c->cfg.pin_kinds & CACHE_PIN_KIND(out->kind));
+        out->pinned = cache_pin_effective(sqlite3_column_int(s, 3), c->cfg.pin_kinds, out->kind);
         if (sqlite3_column_bytes(s, 4) == 16)
             memcpy(out->xxh128, sqlite3_column_blob(s, 4), 16);
     }
@@ -180,13 +180,16 @@ int cache_pin(cache *c, const cache_key *key, int on, shoal_err *err)
     idx = cache_obj_find(c, key);
     if (idx == CMAP_NONE)
         return shoal_err_set(err, SHOAL_ENOTFOUND, "not cached: %s", key->etag);
+    /* unpinning leaves a lifted kind pin lifted */
+    int v = on ? CACHE_PINNED_YES : c->objs[idx].pinned == CACHE_PINNED_LIFTED
+                                        ? CACHE_PINNED_LIFTED : CACHE_PINNED_KIND;
     sqlite3_bind_int64(s, 1, (int64_t)c->objs[idx].id);
-    sqlite3_bind_int(s, 2, on ? 1 : 0);
+    sqlite3_bind_int(s, 2, v);
     r = sqlite3_step(s);
     sqlite3_reset(s);
     if (r != SQLITE_DONE)
         return cache_db_fail(c, r, "pin", err);
-    c->objs[idx].pinned = on ? 1 : 0;
+    c->objs[idx].pinned = (uint8_t)v;
     return 0;
 }
 
@@ -232,7 +235,7 @@ int cache_list(cache *c, int64_t model, cache_entry_fn fn, void *ctx, shoal_err 
         e.offset = (uint64_t)sqlite3_column_int64(s, 2);
         e.length = (uint64_t)sqlite3_column_int64(s, 3);
         e.kind = (cache_kind)sqlite3_column_int(s, 4);
-        e.pinned = sqlite3_column_int(s, 5) || (c->cfg.pin_kinds & CACHE_PIN_KIND(e.kind));
+        e.pinned = cache_pin_effective(sqlite3_column_int(s, 5), c->cfg.pin_kinds, e.kind);
         e.model = sqlite3_column_int64(s, 6);
         e.file = (const char *)sqlite3_column_text(s, 7);
         e.tensor = (const char *)sqlite3_column_text(s, 8);

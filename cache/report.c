@@ -126,6 +126,45 @@ int report_models_has(const report_models *ms, int64_t id)
     return 0;
 }
 
+/* ---- objects by etag prefix -------------------------------------------------------- */
+
+int cache_find_prefix(cache *c, const char *prefix, cache_kind kind, cache_key *out, char *etag,
+                      size_t cap, shoal_err *err)
+{
+    size_t n = strlen(prefix);
+    int rc, found = 0;
+
+    if (!c->cfg.read_only) {
+        for (size_t i = 0; i < c->nobjs && !found; i++) {
+            const cobj *o = &c->objs[i];
+            if (o->kind == (uint8_t)kind && strncmp(o->etag, prefix, n) == 0) {
+                snprintf(etag, cap, "%s", o->etag);
+                *out = (cache_key){ etag, o->off, o->len };
+                found = 1;
+            }
+        }
+    } else {
+        sqlite3_stmt *s = NULL;
+        rc = sqlite3_prepare_v2(c->db, "SELECT etag, off, len FROM objects WHERE kind = ?1 AND"
+                                " substr(etag, 1, ?2) = ?3 LIMIT 1", -1, &s, NULL);
+        if (rc != SQLITE_OK)
+            return cache_db_fail(c, rc, "find by prefix", err);
+        sqlite3_bind_int(s, 1, (int)kind);
+        sqlite3_bind_int64(s, 2, (int64_t)n);
+        sqlite3_bind_text(s, 3, prefix, -1, SQLITE_STATIC);
+        if ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+            snprintf(etag, cap, "%s", (const char *)sqlite3_column_text(s, 0));
+            *out = (cache_key){ etag, (uint64_t)sqlite3_column_int64(s, 1),
+                                (uint64_t)sqlite3_column_int64(s, 2) };
+            found = 1;
+        }
+        sqlite3_finalize(s);
+        if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+            return cache_db_fail(c, rc, "find by prefix", err);
+    }
+    return found ? 0 : shoal_err_set(err, SHOAL_ENOTFOUND, "no object %s* cached", prefix);
+}
+
 /* ---- a model's manifest, from the cache ------------------------------------------- */
 
 /* Append the encoded manifest named for model `id` (or for another model
@@ -650,6 +689,7 @@ static shoal_json *disk_json(int *jrc, const cache_usage *u, uint64_t budget)
                                  : shoal_json_new_null());
     rj_set(jrc, o, "reserved", rj_u64(u->reserved));
     rj_set(jrc, o, "pinned", rj_u64(u->pinned));
+    rj_set(jrc, o, "lifted", rj_u64(u->lifted));
     rj_set(jrc, o, "objects", rj_u64(u->objects));
     rj_set(jrc, o, "evicted", rj_u64(u->evicted));
     rj_set(jrc, o, "evicted_bytes", rj_u64(u->evicted_bytes));

@@ -77,51 +77,58 @@ static ccount *count_row(cache *c, uint64_t session, int64_t model, int32_t laye
     return &c->counts[c->ncounts++];
 }
 
-static void count_into(ccount *r, cache_outcome outcome, uint64_t bin, uint64_t bout, uint64_t wait)
+static void count_into(ccount *r, const cache_counts *n)
 {
     if (!r) {
         LOG_WARN(CACHE_TAG, "out of memory: a counter event was dropped");
         return;
     }
-    r->v.hits += outcome == CACHE_HIT;
-    r->v.misses += outcome == CACHE_MISS;
-    r->v.joins += outcome == CACHE_JOIN;
-    r->v.bytes_in += bin;
-    r->v.bytes_out += bout;
-    r->v.wait_ns += wait;
+    r->v.hits += n->hits;
+    r->v.misses += n->misses;
+    r->v.joins += n->joins;
+    r->v.bytes_in += n->bytes_in;
+    r->v.bytes_out += n->bytes_out;
+    r->v.wait_ns += n->wait_ns;
+}
+
+void cache_stats_add_counts(cache *c, const cache_req *req, const cache_counts *n)
+{
+    int32_t tier;
+
+    /* A read-only handle cannot flush, so it does not count. */
+    if (!c || !req || !n || c->cfg.read_only)
+        return;
+    tier = (unsigned)req->tier < CACHE_TIER_COUNT_ ? (int32_t)req->tier : CACHE_TIER_DISK;
+    count_into(count_row(c, 0, 0, -1, -1, tier), n);
+    if (req->session)
+        count_into(count_row(c, req->session, 0, -1, -1, tier), n);
+    if (req->model > 0)
+        count_into(count_row(c, 0, req->model, -1, -1, tier), n);
+    if (req->layer >= 0) {
+        int64_t m = req->model > 0 ? req->model : 0;
+        count_into(count_row(c, 0, m, req->layer, -1, tier), n);
+        if (req->expert >= 0) {
+            count_into(count_row(c, 0, m, req->layer, req->expert, tier), n);
+            cache_heat_add(c, m, req->layer, req->expert, n->hits + n->misses + n->joins);
+        }
+    }
+    c->pending_events++;
 }
 
 void cache_stats_add(cache *c, const cache_req *req, cache_outcome outcome,
                      uint64_t bytes_in, uint64_t bytes_out, uint64_t wait_ns)
 {
-    int32_t tier;
-
-    /* A read-only handle cannot flush, so it does not count. */
-    if (!c || !req || c->cfg.read_only)
-        return;
-    tier = (unsigned)req->tier < CACHE_TIER_COUNT_ ? (int32_t)req->tier : CACHE_TIER_DISK;
-    count_into(count_row(c, 0, 0, -1, -1, tier), outcome, bytes_in, bytes_out, wait_ns);
-    if (req->session)
-        count_into(count_row(c, req->session, 0, -1, -1, tier), outcome, bytes_in, bytes_out, wait_ns);
-    if (req->model > 0)
-        count_into(count_row(c, 0, req->model, -1, -1, tier), outcome, bytes_in, bytes_out, wait_ns);
-    if (req->layer >= 0) {
-        int64_t m = req->model > 0 ? req->model : 0;
-        count_into(count_row(c, 0, m, req->layer, -1, tier), outcome, bytes_in, bytes_out, wait_ns);
-        if (req->expert >= 0)
-            count_into(count_row(c, 0, m, req->layer, req->expert, tier), outcome, bytes_in,
-                       bytes_out, wait_ns);
-    }
-    c->pending_events++;
+    cache_counts n = { outcome == CACHE_HIT, outcome == CACHE_MISS, outcome == CACHE_JOIN,
+                       bytes_in, bytes_out, wait_ns };
+    cache_stats_add_counts(c, req, &n);
 }
 
-void cache_stats_note_access(cache *c, uint32_t idx)
+/* Recency for the eviction policy; the index learns it at the next flush. */
+void cache_stats_note_touch(cache *c, uint32_t idx)
 {
     cobj *o = &c->objs[idx];
 
     o->last_access_ms = shoal_wall_ms();
-    o->hits++;
-    o->hits_pending++;
     if (o->dirty)
         return;
     if (c->ndirty == c->capdirty) {
@@ -134,6 +141,13 @@ void cache_stats_note_access(cache *c, uint32_t idx)
     }
     o->dirty = 1;
     c->dirty[c->ndirty++] = o->id;
+}
+
+void cache_stats_note_access(cache *c, uint32_t idx)
+{
+    c->objs[idx].hits++;
+    c->objs[idx].hits_pending++;
+    cache_stats_note_touch(c, idx);
 }
 
 int cache_flush_due(const cache *c)

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #define CLIENT_QUEUE_MAX 65536   /* items waiting; a runaway daemon is an error */
+#define CLIENT_JSON_MAX (256u << 20)   /* one JSON reply, all its frames */
 
 struct shoal_client {
     int         sock;
@@ -27,6 +28,7 @@ struct shoal_client {
     char        daemon_version[64];
     int         call_timeout_ms;
     int         dead;            /* the connection failed: every call fails */
+    uint16_t    reply_flags;     /* of the last reply a call took */
     shoal_item *queue;           /* FIFO of received GET items */
     size_t      q_head, q_len, q_cap;
     shoal_buf   body;
@@ -196,6 +198,7 @@ static int client_call_fd(shoal_client *c, uint16_t want, int pass_fd, int *fd_o
         }
         if (fd_out)
             *fd_out = fd;
+        c->reply_flags = h.flags;
         return 0;
     }
 }
@@ -209,6 +212,8 @@ static void begin(shoal_client *c, uint16_t type)
 {
     shoal_msg_begin(&c->msg, type, 0, c->next_id++);
 }
+
+static int json_call(shoal_client *c, shoal_buf *out, shoal_err *err);
 
 /* ---- connect ---------------------------------------------------------------- */
 
@@ -534,20 +539,34 @@ int shoal_client_get(shoal_client *c, uint32_t handle, int priority, const shoal
     return rc;
 }
 
+/* WARM's body for a selection (its byte may carry SHOAL_WARM_F_* flags). */
+static void warm_body(shoal_client *c, uint32_t handle, int selection, uint32_t a, uint32_t b)
+{
+    int sel = selection & SHOAL_WARM_SEL_MASK;
+    begin(c, SHOAL_MSG_WARM);
+    shoal_msg_put_u32(&c->msg, handle);
+    shoal_msg_put_u8(&c->msg, (uint8_t)selection);
+    if (sel == SHOAL_WARM_LAYERS) {
+        shoal_msg_put_u16(&c->msg, (uint16_t)a);
+        shoal_msg_put_u16(&c->msg, (uint16_t)b);
+    } else if (sel == SHOAL_WARM_TOP) {
+        shoal_msg_put_u32(&c->msg, a);
+    }
+}
+
+int shoal_client_warm_plan(shoal_client *c, uint32_t handle, int selection, uint32_t a,
+                           uint32_t b, shoal_buf *out, shoal_err *err)
+{
+    warm_body(c, handle, selection | SHOAL_WARM_F_PLAN, a, b);
+    return json_call(c, out, err);
+}
+
 int shoal_client_warm(shoal_client *c, uint32_t handle, int selection, uint32_t a, uint32_t b,
                       uint64_t *job, shoal_err *err)
 {
     shoal_msg_reader r;
     int rc;
-    begin(c, SHOAL_MSG_WARM);
-    shoal_msg_put_u32(&c->msg, handle);
-    shoal_msg_put_u8(&c->msg, (uint8_t)selection);
-    if (selection == SHOAL_WARM_LAYERS) {
-        shoal_msg_put_u16(&c->msg, (uint16_t)a);
-        shoal_msg_put_u16(&c->msg, (uint16_t)b);
-    } else if (selection == SHOAL_WARM_TOP) {
-        shoal_msg_put_u32(&c->msg, a);
-    }
+    warm_body(c, handle, selection & ~SHOAL_WARM_F_PLAN, a, b);
     rc = client_call(c, SHOAL_MSG_JOB_OK, NULL, err);
     if (rc)
         return rc;
@@ -593,20 +612,47 @@ int shoal_client_job(shoal_client *c, uint64_t job, shoal_job_status *out, shoal
     return shoal_rd_finish(&r) ? client_fail(c, SHOAL_EPROTO, err) : 0;
 }
 
-/* A call answered by JSON text, appended to out. */
-static int json_call(shoal_client *c, shoal_buf *out, shoal_err *err)
+/* Append the text of the JSON message in c->body to out. */
+static int json_piece(shoal_client *c, shoal_buf *out, size_t before, shoal_err *err)
 {
     shoal_msg_reader r;
     const char *s;
     size_t n;
-    int rc = client_call(c, SHOAL_MSG_JSON, NULL, err);
-    if (rc)
-        return rc;
     shoal_rd_init(&r, c->body.data, c->body.len);
     s = shoal_rd_str32(&r, &n);
     if (shoal_rd_finish(&r))
         return client_fail(c, SHOAL_EPROTO, err);
+    if (out->len - before + n > CLIENT_JSON_MAX)
+        return client_fail(c, SHOAL_ETOOBIG, err);
     return shoal_buf_append(out, s, n) ? shoal_err_set(err, SHOAL_ENOMEM, "out of memory") : 0;
+}
+
+/* A call answered by JSON text, appended to out.  A text longer than one
+ * body comes as several JSON messages, LAST on the final one
+ * (docs/protocol.md): the pieces are concatenated. */
+static int json_call(shoal_client *c, shoal_buf *out, shoal_err *err)
+{
+    uint64_t id = c->next_id - 1;
+    size_t before = out->len;
+    int rc = client_call(c, SHOAL_MSG_JSON, NULL, err);
+    if (rc == 0)
+        rc = json_piece(c, out, before, err);
+    while (rc == 0 && !(c->reply_flags & SHOAL_MSG_F_LAST)) {
+        shoal_msg_header h;
+        int fd, queued;
+        rc = client_recv(c, c->call_timeout_ms, &h, &fd, &queued, err);
+        if (rc == SHOAL_ETIMEOUT)
+            return shoal_err_set(err, rc, "shoald did not answer within %d ms", c->call_timeout_ms);
+        if (rc || queued)
+            continue;
+        if (fd >= 0)
+            close(fd);
+        if (h.id != id || h.type != SHOAL_MSG_JSON || fd >= 0)
+            return client_fail(c, SHOAL_EPROTO, err);
+        c->reply_flags = h.flags;
+        rc = json_piece(c, out, before, err);
+    }
+    return rc;
 }
 
 int shoal_client_stats(shoal_client *c, const char *query_json, shoal_buf *out, shoal_err *err)

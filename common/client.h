@@ -111,10 +111,17 @@ int shoal_client_get(shoal_client *c, uint32_t handle, int priority, const shoal
                      size_t n, shoal_item_fn fn, void *ctx, shoal_err *err);
 
 /* WARM: selection per docs/protocol.md; args: (A, B) for layers, (N, 0)
- * for top N. */
+ * for top N.  selection | SHOAL_WARM_F_FIT (common/proto.h): a selection
+ * that does not fit the budget is trimmed (hottest first kept) instead of
+ * refused (SHOAL_ENOSPC, the message says what to do). */
 enum { SHOAL_WARM_ALL = 0, SHOAL_WARM_SPINE = 1, SHOAL_WARM_LAYERS = 2, SHOAL_WARM_TOP = 3 };
 int shoal_client_warm(shoal_client *c, uint32_t handle, int selection, uint32_t a, uint32_t b,
                       uint64_t *job, shoal_err *err);
+/* The plan of that WARM ("shoal.warm.plan" JSON appended to out, docs/
+ * stats-json.md): what it would keep, fetch, not fit and evict.  Nothing
+ * starts. */
+int shoal_client_warm_plan(shoal_client *c, uint32_t handle, int selection, uint32_t a,
+                           uint32_t b, shoal_buf *out, shoal_err *err);
 
 /* WARM selection 4: a list of 1..SHOAL_PROTO_MAX_KEYS expert keys. */
 enum { SHOAL_WARM_LIST = 4 };

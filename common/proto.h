@@ -46,6 +46,11 @@ enum { SHOAL_KEY_EXPERT = 1, SHOAL_KEY_TENSOR = 2, SHOAL_KEY_FILE = 3, SHOAL_KEY
 #define SHOAL_PROTO_MAX_DERIVED 64
 int shoal_derived_name_ok(const char *name, size_t n);
 
+/* WARM's selection byte: the selection in the low 6 bits, and flags: FIT
+ * trims a selection that does not fit the budget to what does (instead of
+ * refusing it), PLAN answers the plan as JSON and starts nothing. */
+enum { SHOAL_WARM_SEL_MASK = 0x3f, SHOAL_WARM_F_FIT = 0x40, SHOAL_WARM_F_PLAN = 0x80 };
+
 /* GET_ITEM sources. */
 enum { SHOAL_SRC_HIT = 0, SHOAL_SRC_MISS = 1, SHOAL_SRC_JOIN = 2 };
 

@@ -241,15 +241,32 @@ int conn_send_ok(conn *c, uint64_t id)
     return conn_send(c, c->msg.buf.data, c->msg.buf.len, -1);
 }
 
+/* A JSON text longer than one body goes out as several JSON messages, each
+ * the next piece of the text, the last one with LAST (docs/protocol.md,
+ * "JSON replies"): the receiver concatenates them.  One document built
+ * once, so the pieces are one consistent snapshot. */
 int conn_send_json(conn *c, uint64_t id, const shoal_buf *json)
 {
-    int rc;
-    shoal_msg_begin(&c->msg, SHOAL_MSG_JSON, SHOAL_MSG_F_LAST, id);
-    shoal_msg_put_str32(&c->msg, (const char *)json->data, json->len);
-    rc = shoal_msg_end(&c->msg);
-    if (rc)
-        return conn_send_error(c, id, SHOAL_ETOOBIG, "the JSON answer exceeds the message limit");
-    return conn_send(c, c->msg.buf.data, c->msg.buf.len, -1);
+    const size_t piece = SHOAL_PROTO_MAX_BODY - 4;   /* the str32 length word */
+    size_t off = 0, frames = 0;
+    int rc = 0;
+
+    do {
+        size_t n = json->len - off < piece ? json->len - off : piece;
+        int last = off + n >= json->len;
+        shoal_msg_begin(&c->msg, SHOAL_MSG_JSON, last ? SHOAL_MSG_F_LAST : 0, id);
+        shoal_msg_put_str32(&c->msg, json->data ? (const char *)json->data + off : "", n);
+        if ((rc = shoal_msg_end(&c->msg)) != 0)
+            return conn_send_error(c, id, SHOAL_ETOOBIG, "the JSON answer cannot be framed");
+        if ((rc = conn_send(c, c->msg.buf.data, c->msg.buf.len, -1)) != 0)
+            return rc;
+        off += n;
+        frames++;
+    } while (off < json->len);
+    if (frames > 1)
+        LOG_DEBUG("conn", "JSON reply of %zu bytes in %zu frames (largest %zu)", json->len, frames,
+                  piece);
+    return 0;
 }
 
 void conn_close(conn *c, int flush)

@@ -50,6 +50,7 @@ struct event;
 #define DAEMON_MODELS_MAX        256
 #define DAEMON_JOBS_MAX          256
 #define DAEMON_RECENT_SESSIONS   16
+#define DAEMON_JSON_MAX          (64u << 20)   /* a JSON reply, sent as several frames */
 
 typedef struct shoald shoald;
 typedef struct conn conn;
@@ -62,6 +63,14 @@ typedef struct getreq getreq;
 /* Priorities, lowest value first.  PRIO_WARM is never on the wire. */
 enum { PRIO_DEMAND = 0, PRIO_PREFETCH = 1, PRIO_WARM = 2, PRIO_COUNT = 3 };
 
+/* Settings kept in HOME/shoald.conf (settings.c), and where each came from. */
+enum { DSET_MAX_SIZE = 0, DSET_PARALLEL, DSET_SPLIT_MIN, DSET_KEEP_SPINE, DSET_COUNT };
+enum { DSET_DEFAULT = 0, DSET_FILE = 1, DSET_ARGS = 2 };
+typedef struct daemon_setting {
+    uint8_t from;                  /* DSET_DEFAULT / _FILE / _ARGS */
+    char    text[64];              /* the value as written */
+} daemon_setting;
+
 typedef struct daemon_config {
     char     home[SHOAL_PATH_MAX];
     char     socket_path[108];
@@ -70,6 +79,11 @@ typedef struct daemon_config {
     uint64_t split_min;            /* smallest part of a split object; 0:
                                       the fetcher's default (2 MiB);
                                       UINT64_MAX: never split */
+    int      keep_spine;           /* BF16 spine matrices stay pinned after
+                                      their derived pack exists */
+    daemon_setting set[DSET_COUNT];
+    char     conf_path[SHOAL_PATH_MAX];   /* HOME/shoald.conf */
+    int      settings_given;       /* the command line gave a setting: save */
     const char *endpoint;          /* HF endpoint (NULL: default) */
     const char *token;             /* NULL: anonymous */
     uint32_t flush_ms;             /* counter flush timer */
@@ -167,7 +181,8 @@ typedef struct daemon_request {
     /* GET, PIN, WARM, RELEASE */
     uint32_t handle;
     uint8_t  priority;             /* GET; PIN: on/off; VERIFY: deep */
-    uint8_t  selection;            /* WARM */
+    uint8_t  selection;            /* WARM (the low 6 bits of its byte) */
+    uint8_t  warm_flags;           /* WARM: SHOAL_WARM_F_FIT, SHOAL_WARM_F_PLAN */
     uint32_t a, b;                 /* WARM arguments */
     uint16_t nkeys;
     shoal_key keys[SHOAL_PROTO_MAX_KEYS];   /* names borrowed from the body */
@@ -336,6 +351,15 @@ int  derived_resolve(shoald *d, const model *m, const shoal_key *k, objref *o, c
 /* PUT: copy rq->fd's first rq->u64 bytes into the cache as a pinned derived
  * object of m, checking rq->xxh128.  Does not close rq->fd. */
 int  derived_put(shoald *d, model *m, const daemon_request *rq, shoal_err *err);
+/* Is name[0..n) a spine pack's (the engine's "spine-int8-p1-q1")? */
+int  derived_is_spine_pack(const char *name, size_t n);
+/* Does a spine pack replace tensor t (a BF16 matrix the engine derives)? */
+int  derived_replaces(const manifest_tensor *t);
+/* m's spine pack exists: lift the pin of every cached matrix it replaces
+ * (unless --keep-spine).  *lifted: objects changed. */
+int  derived_spine_release(shoald *d, const model *m, size_t *lifted, shoal_err *err);
+/* Does a spine pack of m's commit exist in the cache? */
+int  derived_spine_pack_cached(shoald *d, const model *m);
 
 /* ---- ops.c ----------------------------------------------------------------------- */
 
@@ -345,6 +369,35 @@ int ops_dispatch(conn *c, const daemon_request *rq);
 /* A transfer ended: answer the waiters of x. */
 void ops_xfer_finished(shoald *d, xfer *x, int rc, const char *msg);
 
+/* ---- plan.c ---------------------------------------------------------------------- */
+
+/* A warm selection as objects, planned against the budget. */
+typedef struct warm_sel {
+    objref  *items;                /* to warm, in file order (etags borrowed from
+                                      the model's manifest) */
+    size_t   n;
+    int32_t *pairs;                /* selection 3: the top N, resolved */
+    size_t   npairs;
+    cache_plan plan;               /* of the whole selection, in priority order */
+    uint64_t left_objects, left_bytes;   /* spine matrices its cached pack replaces */
+    uint64_t pinned_need;          /* bytes to fetch that would be pinned (spine, small) */
+    int      trimmed;              /* fit: what did not fit was dropped from items */
+    int      refused;              /* it cannot start: why says what to do */
+    char     why[SHOAL_ERR_MSG_MAX];
+} warm_sel;
+
+/* Build and plan a selection (WARM's selection, a, b; pairs for 4) of m.
+ * fit: drop what does not fit (hottest first kept) instead of refusing;
+ * touch: refresh the selection's cached objects (a job starts);
+ * held_back: bytes other jobs still fetch.  0 with *s filled (s->refused
+ * when it must not start), or a negative code.  plan_free releases it. */
+int   plan_select(shoald *d, model *m, int selection, uint32_t a, uint32_t b,
+                  const int32_t *pairs, size_t npairs, int fit, int touch, uint64_t held_back,
+                  warm_sel *s, shoal_err *err);
+void  plan_free(warm_sel *s);
+/* "shoal.warm.plan" (docs/stats-json.md) as a shoal_json *. */
+void *plan_json(const warm_sel *s, const model *m, int selection, uint32_t a, uint32_t b, int fit);
+
 /* ---- warm.c ---------------------------------------------------------------------- */
 
 struct warm;
@@ -352,8 +405,13 @@ int  warm_new(shoald *d, struct warm **out, shoal_err *err);
 void warm_free(struct warm *w);
 /* Resume the jobs of a previous run (after the loop and sched exist). */
 void warm_resume_all(struct warm *w);
-int  warm_start(struct warm *w, model *m, int selection, uint32_t a, uint32_t b,
+/* Start a job (flags: SHOAL_WARM_F_FIT) after planning it: SHOAL_ENOSPC
+ * with what to do when the selection cannot fit. */
+int  warm_start(struct warm *w, model *m, int selection, int flags, uint32_t a, uint32_t b,
                 const shoal_key *keys, size_t nkeys, uint64_t *job, shoal_err *err);
+/* WARM with SHOAL_WARM_F_PLAN: the plan as JSON into out, no job. */
+int  warm_plan(struct warm *w, model *m, int selection, int flags, uint32_t a, uint32_t b,
+               const shoal_key *keys, size_t nkeys, shoal_buf *out, shoal_err *err);
 int  warm_status(struct warm *w, uint64_t job, uint8_t *state, uint64_t *bytes_done,
                  uint64_t *bytes_total, uint32_t *objs_done, uint32_t *objs_total,
                  uint32_t *errors, char *last_error, size_t cap);
@@ -364,6 +422,18 @@ void warm_save_all(struct warm *w);
 void warm_stats_json(struct warm *w, void *json_array);
 /* Jobs not finished. */
 unsigned warm_running(const struct warm *w);
+
+/* ---- settings.c ------------------------------------------------------------------- */
+
+/* Read cfg->home's shoald.conf, put args over it (args[k]: the command
+ * line's value of setting k, NULL when not given) and fill cfg's settings.
+ * 0, or SHOAL_EINVAL naming the file's line or the flag. */
+int   settings_apply(daemon_config *cfg, const char *const args[DSET_COUNT], shoal_err *err);
+/* Write the file back when the command line gave a setting (called once
+ * the cache's lock is held: a second shoald must not rewrite it). */
+int   settings_save(const daemon_config *cfg, shoal_err *err);
+/* The settings and their sources as a JSON object (a shoal_json *). */
+void *settings_json(const daemon_config *cfg);
 
 /* ---- stats.c ---------------------------------------------------------------------- */
 

@@ -14,6 +14,14 @@
  * Memory: the copy goes through one DERIVED_CHUNK buffer, hashed as it is
  * written, never the whole object.  It runs on the loop: other clients wait
  * for the copy (a memfd read, disk-speed); see docs/daemon.md.
+ *
+ * Also owns the rule that makes a spine pack pay for itself on disk: once
+ * a derived object named spine-* (the engine's int8 pack, SPINE_PACK_NAME
+ * in engine/spine_pack.h) exists for a commit, the BF16 matrices it
+ * replaces lose the pin they have as spine tensors (cache_pin_lift): they
+ * stay cached until space is needed, then leave like any other object.
+ * K3's are 111 GB — room for ~6,300 experts.  shoald --keep-spine keeps
+ * them pinned.
  */
 #include "daemon/daemon_int.h"
 #include "common/log.h"
@@ -27,6 +35,8 @@
 #include <xxhash.h>
 
 #define DERIVED_CHUNK (1u << 20)
+#define DERIVED_SPINE_PREFIX "spine-"
+#define DERIVED_EMBEDDING "model.embed_tokens.weight"
 
 static int derived_etag(const model *m, const char *name, size_t n, char *etag, size_t cap,
                         shoal_err *err)
@@ -68,6 +78,61 @@ static int find_cb(const cache_entry *e, void *ctx)
     return 1;
 }
 
+int derived_replaces(const manifest_tensor *t)
+{
+    /* The pack holds every matrix the engine derives at load (int8, or f32
+     * for routers and gate paths): the 2-D spine tensors with more than one
+     * row and column, but the token embedding, which the engine maps as it
+     * is.  Vectors, norms, the 1 x N AttnRes projections, the 3-D conv
+     * taps and the embedding are GET'd by name at every load
+     * (engine/remote.c: what spine_pack_covers() says no to). */
+    return t->is_spine && t->ndim == 2 && t->shape[0] > 1 && t->shape[1] > 1 &&
+           strcmp(t->name, DERIVED_EMBEDDING) != 0;
+}
+
+int derived_is_spine_pack(const char *name, size_t n)
+{
+    size_t p = sizeof DERIVED_SPINE_PREFIX - 1;
+    return n > p && memcmp(name, DERIVED_SPINE_PREFIX, p) == 0;
+}
+
+int derived_spine_pack_cached(shoald *d, const model *m)
+{
+    char prefix[CACHE_ETAG_MAX + 1], etag[CACHE_ETAG_MAX + 1];
+    cache_key k;
+    /* the etag of any spine-* name, up to the name's variable part */
+    if (derived_etag(m, DERIVED_SPINE_PREFIX, sizeof DERIVED_SPINE_PREFIX - 1, prefix,
+                     sizeof prefix, NULL) != 0)
+        return 0;
+    return cache_find_prefix(d->cache, prefix, CACHE_KIND_DERIVED, &k, etag, sizeof etag,
+                             NULL) == 0;
+}
+
+int derived_spine_release(shoald *d, const model *m, size_t *lifted, shoal_err *err)
+{
+    const manifest *man = m->man;
+    cache_key *keys;
+    size_t n = 0;
+    int rc;
+
+    *lifted = 0;
+    if (d->cfg.keep_spine)
+        return 0;
+    if (!(keys = malloc((man->ntensors ? man->ntensors : 1) * sizeof *keys)))
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < man->ntensors; i++) {
+        const manifest_tensor *t = &man->tensors[i];
+        if (derived_replaces(t))
+            keys[n++] = (cache_key){ man->files[t->file].etag, t->offset, t->length };
+    }
+    rc = cache_pin_lift(d->cache, keys, n, 1, lifted, err);
+    free(keys);
+    if (rc == 0 && *lifted)
+        LOG_INFO("derived", "%s: its spine pack exists: %zu BF16 matrices it replaces are "
+                 "evictable now (--keep-spine keeps them)", m->spec, *lifted);
+    return rc;
+}
+
 int derived_resolve(shoald *d, const model *m, const shoal_key *k, objref *o, char *etag,
                     size_t cap, shoal_err *err)
 {
@@ -87,6 +152,14 @@ int derived_resolve(shoald *d, const model *m, const shoal_key *k, objref *o, ch
         return shoal_err_set(err, SHOAL_ENOTFOUND, "no derived object %.*s for %s",
                              (int)k->name_len, k->name, m->spec);
     o->key = (cache_key){ etag, 0, f.length };
+    if (derived_is_spine_pack(k->name, k->name_len)) {
+        /* an engine maps the pack: matrices cached since (a warm, an
+         * engine that could not use it) become evictable too */
+        size_t lifted;
+        shoal_err e = { 0 };
+        if (derived_spine_release(d, m, &lifted, &e) != 0)
+            LOG_WARN("derived", "%s: %s", m->spec, e.msg);
+    }
     return 0;
 }
 
@@ -183,5 +256,11 @@ int derived_put(shoald *d, model *m, const daemon_request *rq, shoal_err *err)
         LOG_WARN("derived", "%s: stored but could not pin", rq->text);
     LOG_INFO("derived", "%s: stored %s (%llu bytes)", m->spec, rq->text,
              (unsigned long long)rq->u64);
+    if (derived_is_spine_pack(rq->text, strlen(rq->text))) {
+        size_t lifted;
+        shoal_err e = { 0 };
+        if (derived_spine_release(d, m, &lifted, &e) != 0)
+            LOG_WARN("derived", "%s: %s", m->spec, e.msg);
+    }
     return 0;
 }

@@ -37,10 +37,16 @@ static void usage(FILE *out)
 "\n"
 "  --home DIR         cache directory (default $SHOAL_HOME, else\n"
 "                     $XDG_CACHE_HOME/shoal, else ~/.cache/shoal)\n"
-"  --max-size SIZE    cache budget (\"200G\"; default: 90%% of the free disk)\n"
+"  --max-size SIZE    cache budget (\"200G\"; default, or auto: 90%% of the free\n"
+"                     disk + what the cache holds, leaving 10 GiB free)\n"
 "  --parallel N       transfers at once (default 8)\n"
 "  --split-min SIZE   smallest part when one object goes over several\n"
 "                     connections (default 2M; 0 = never split)\n"
+"  --keep-spine       keep the BF16 spine matrices pinned after their derived\n"
+"                     pack exists (default: they become evictable);\n"
+"                     --no-keep-spine returns to the default\n"
+"                     (these four are kept in DIR/shoald.conf: a flag given\n"
+"                     here is written there and applies at later starts)\n"
 "  --log FILE         log to FILE (SIGHUP reopens it); default stderr, or\n"
 "                     DIR/shoald.log with --detach\n"
 "  --log-level L      error|warn|info|debug|trace (default info)\n"
@@ -55,7 +61,8 @@ static void usage(FILE *out)
 }
 
 typedef struct opts {
-    const char *home, *max_size, *parallel, *split_min, *log, *log_level, *pid_file;
+    const char *home, *log, *log_level, *pid_file;
+    const char *set[DSET_COUNT];   /* settings given (settings.c), NULL: not */
     int detach, no_fsync;
 } opts;
 
@@ -76,12 +83,16 @@ static int parse_args(int argc, char **argv, opts *o)
             o->no_fsync = 1;
         } else if (strcmp(a, "--home") == 0) {
             slot = &o->home;
+        } else if (strcmp(a, "--keep-spine") == 0) {
+            o->set[DSET_KEEP_SPINE] = "yes";
+        } else if (strcmp(a, "--no-keep-spine") == 0) {
+            o->set[DSET_KEEP_SPINE] = "no";
         } else if (strcmp(a, "--max-size") == 0) {
-            slot = &o->max_size;
+            slot = &o->set[DSET_MAX_SIZE];
         } else if (strcmp(a, "--parallel") == 0) {
-            slot = &o->parallel;
+            slot = &o->set[DSET_PARALLEL];
         } else if (strcmp(a, "--split-min") == 0) {
-            slot = &o->split_min;
+            slot = &o->set[DSET_SPLIT_MIN];
         } else if (strcmp(a, "--log") == 0) {
             slot = &o->log;
         } else if (strcmp(a, "--log-level") == 0) {
@@ -152,7 +163,6 @@ static int config_build(const opts *o, daemon_config *cfg, shoal_err *err)
 {
     shoal_env env;
     shoal_hf_env hfe;
-    char *end;
     int n;
 
     shoal_env_capture(&env);
@@ -170,24 +180,9 @@ static int config_build(const opts *o, daemon_config *cfg, shoal_err *err)
     if (n < 0 || (size_t)n >= sizeof cfg->socket_path)
         return shoal_err_set(err, SHOAL_ETOOBIG, "%s/shoald.sock is too long for a Unix socket "
                              "(107 bytes at most): use a shorter --home", cfg->home);
-    cfg->parallel = 8;
-    if (o->parallel) {
-        long v = strtol(o->parallel, &end, 10);
-        if (*end || v < 1 || v > DAEMON_PARALLEL_MAX)
-            return shoal_err_set(err, SHOAL_EINVAL, "--parallel takes 1..%d, not %s",
-                                 DAEMON_PARALLEL_MAX, o->parallel);
-        cfg->parallel = (int)v;
-    }
-    if (o->split_min) {
-        if (shoal_size_parse(o->split_min, &cfg->split_min) != 0)
-            return shoal_err_set(err, SHOAL_EINVAL, "--split-min: cannot read %s (try 4M, or 0)",
-                                 o->split_min);
-        if (cfg->split_min == 0)
-            cfg->split_min = UINT64_MAX;   /* 0 on the command line: never split */
-    }
-    if (o->max_size && shoal_size_parse(o->max_size, &cfg->max_size) != 0)
-        return shoal_err_set(err, SHOAL_EINVAL, "--max-size: cannot read %s (try 200G)",
-                             o->max_size);
+    /* Budget, parallel, split-min, keep-spine: shoald.conf, then the flags. */
+    if (settings_apply(cfg, o->set, err) != 0)
+        return err->code;
     cfg->endpoint = hfe.endpoint;
     if (cfg->endpoint && !cfg->endpoint[0])
         cfg->endpoint = NULL;
@@ -209,12 +204,29 @@ static int daemon_open(shoald *d, shoal_err *err)
     cache_config_default(&cc);
     if (d->cfg.max_size)
         cc.max_bytes = d->cfg.max_size;
+    cc.budget_fits_disk = 1;
     cc.no_fsync = d->cfg.no_fsync;
     rc = cache_open(d->cfg.home, &cc, &d->cache, &rep, err);
     if (rc == SHOAL_ELOCKED)
         return shoal_err_wrap(err, rc, "another shoald is running on %s", d->cfg.home);
+    if (rc == SHOAL_EINVAL && d->cfg.set[DSET_MAX_SIZE].from == DSET_FILE)
+        return shoal_err_wrap(err, rc, "max-size = %s in %s: pass a smaller --max-size (it "
+                              "replaces that line) or edit the file",
+                              d->cfg.set[DSET_MAX_SIZE].text, d->cfg.conf_path);
+    if (rc == SHOAL_EINVAL)
+        return shoal_err_wrap(err, rc, "--max-size %s", d->cfg.set[DSET_MAX_SIZE].text);
     if (rc)
         return rc;
+    if ((rc = settings_save(&d->cfg, err)) != 0)
+        return rc;
+    if (d->cfg.keep_spine) {
+        /* BF16 matrices an earlier run let go of are pinned again */
+        size_t n = 0;
+        if ((rc = cache_pin_lift_clear(d->cache, &n, err)) != 0)
+            return rc;
+        if (n)
+            LOG_INFO("shoald", "--keep-spine: %zu spine matrices pinned again", n);
+    }
     LOG_INFO("shoald", "cache %s: %llu objects, %llu bytes; repair removed %llu tmp, %llu orphans; "
              "%llu partials kept", d->cfg.home, (unsigned long long)rep.objects,
              (unsigned long long)rep.bytes, (unsigned long long)rep.tmp_removed,

@@ -303,7 +303,19 @@ static int op_warm(conn *c, const daemon_request *rq)
 
     if (!m)
         return fail(c, rq->id, &err), 0;
-    if (warm_start(c->d->warm, m, rq->selection, rq->a, rq->b, rq->keys, rq->nkeys, &job, &err))
+    if (rq->warm_flags & SHOAL_WARM_F_PLAN) {    /* the plan only (shoal warm --dry-run) */
+        shoal_buf out;
+        shoal_buf_init(&out, DAEMON_JSON_MAX);
+        if (warm_plan(c->d->warm, m, rq->selection, rq->warm_flags, rq->a, rq->b, rq->keys,
+                      rq->nkeys, &out, &err) != 0)
+            fail(c, rq->id, &err);
+        else
+            conn_send_json(c, rq->id, &out);
+        shoal_buf_free(&out);
+        return 0;
+    }
+    if (warm_start(c->d->warm, m, rq->selection, rq->warm_flags, rq->a, rq->b, rq->keys,
+                   rq->nkeys, &job, &err))
         return fail(c, rq->id, &err), 0;
     shoal_msg_begin(b, SHOAL_MSG_JOB_OK, SHOAL_MSG_F_LAST, rq->id);
     shoal_msg_put_u64(b, job);
@@ -346,7 +358,7 @@ static int op_stats(conn *c, const daemon_request *rq)
 {
     shoal_buf out;
     shoal_err err = { 0 };
-    shoal_buf_init(&out, SHOAL_PROTO_MAX_BODY - 4);
+    shoal_buf_init(&out, DAEMON_JSON_MAX);     /* sent in frames: conn_send_json */
     if (stats_json(c->d, rq->text, strlen(rq->text), &out, &err) != 0)
         fail(c, rq->id, &err);
     else

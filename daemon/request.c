@@ -23,8 +23,11 @@ static int parse_keys(shoal_msg_reader *r, daemon_request *q, shoal_err *err)
 
 static int parse_warm(shoal_msg_reader *r, daemon_request *q, shoal_err *err)
 {
+    uint8_t raw;
     q->handle = shoal_rd_u32(r);
-    q->selection = shoal_rd_u8(r);
+    raw = shoal_rd_u8(r);
+    q->selection = raw & SHOAL_WARM_SEL_MASK;
+    q->warm_flags = raw & (SHOAL_WARM_F_FIT | SHOAL_WARM_F_PLAN);
     switch (q->selection) {
     case 0: case 1:
         return 0;

@@ -151,6 +151,7 @@ static void daemon_extra(shoald *d, shoal_json *o)
     shoal_json_set_str(o, "version", SHOAL_VERSION);
     shoal_json_set_int(o, "bytes_served", (int64_t)d->bytes_served);
     shoal_json_set_take(o, "scheduler", sched_json(d));
+    shoal_json_set_take(o, "settings", settings_json(&d->cfg));
     shoal_json_set_take(o, "upstream", upstream_json(d));
     if (jobs) {
         warm_stats_json(d->warm, jobs);
@@ -197,8 +198,8 @@ int stats_json(shoald *d, const char *query, size_t qlen, shoal_buf *out, shoal_
     if (dj && shoal_json_typeof(dj) == SHOAL_JSON_OBJECT)
         daemon_extra(d, dj);
     if (shoal_json_dump(root, SHOAL_JSON_COMPACT, out) != 0)
-        rc = shoal_err_set(err, SHOAL_ETOOBIG, "the statistics do not fit one message: ask for "
-                           "one model or a coarser \"by\"");
+        rc = shoal_err_set(err, SHOAL_ETOOBIG, "the statistics exceed %u MiB: ask for one "
+                           "model or a coarser \"by\"", DAEMON_JSON_MAX >> 20);
     shoal_json_free(root);
     return rc;
 }

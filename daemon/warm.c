@@ -1,9 +1,10 @@
 /* warm.c — background warm jobs that outlive their client and the daemon.
  *
- * Owns: WARM selections turned into a list of objects (fetcher's
- * fetch_select, or the request heat for "top N"), feeding them to the
- * scheduler at warm priority through a small window (so a job of 82,432
- * experts holds WARM_WINDOW transfers, not 82,432), progress for JOB, and
+ * Owns: jobs of WARM selections — planned first (plan.c: a selection that
+ * cannot fit the budget is refused or, with FIT, trimmed; the plan is
+ * kept with the job) — feeding their objects to the scheduler at warm
+ * priority through a small window (so a job of 82,432 experts holds
+ * WARM_WINDOW transfers, not 82,432), progress for JOB, and
  * persistence: each job is a small JSON file $SHOAL_HOME/jobs/<id>.json,
  * rewritten atomically on state changes and every WARM_SAVE_EVERY objects.
  * After a restart (or a crash) every job not finished is resumed: its
@@ -40,6 +41,7 @@ struct warm_job {
     int      state;
     char     spec[SHOAL_PROTO_MAX_STR + 1];
     int      selection;
+    int      fit;                  /* SHOAL_WARM_F_FIT: trimmed to the budget */
     uint32_t a, b;
     int32_t *pairs;                /* selection 4 (experts) or 3 (resolved) */
     size_t   npairs;
@@ -53,6 +55,9 @@ struct warm_job {
     uint32_t objs_done, objs_total, errors, since_save;
     char     last_error[SHOAL_ERR_MSG_MAX];
     int64_t  created_ms, finished_ms;
+    /* the plan made when it (re)started (plan.c) */
+    cache_plan plan;
+    uint64_t left_objects;         /* spine matrices left out: their pack is cached */
 };
 
 struct warm {
@@ -65,6 +70,22 @@ struct warm {
 };
 
 static void job_pump(struct warm *W, warm_job *j);
+
+/* What the job's plan said (STATS jobs[].plan, the job file). */
+static shoal_json *job_plan_json(const warm_job *j)
+{
+    shoal_json *o = shoal_json_object();
+    if (!o)
+        return NULL;
+    shoal_json_set_int(o, "cached_objects", (int64_t)j->plan.cached_objects);
+    shoal_json_set_int(o, "fetch_objects", (int64_t)j->plan.fetch_objects);
+    shoal_json_set_int(o, "fetch_bytes", (int64_t)j->plan.fetch_bytes);
+    shoal_json_set_int(o, "not_fitting_objects", (int64_t)j->plan.over_objects);
+    shoal_json_set_int(o, "not_fitting_bytes", (int64_t)j->plan.over_bytes);
+    shoal_json_set_int(o, "evict_bytes", (int64_t)j->plan.evict_bytes);
+    shoal_json_set_int(o, "left_out_objects", (int64_t)j->left_objects);
+    return o;
+}
 
 /* ---- persistence ------------------------------------------------------------- */
 
@@ -80,6 +101,8 @@ static void job_save(struct warm *W, warm_job *j)
     shoal_json_set_int(o, "id", (int64_t)j->id);
     shoal_json_set_str(o, "model", j->spec);
     shoal_json_set_int(o, "selection", j->selection);
+    shoal_json_set_int(o, "fit", j->fit);
+    shoal_json_set_take(o, "plan", job_plan_json(j));
     shoal_json_set_int(o, "a", j->a);
     shoal_json_set_int(o, "b", j->b);
     shoal_json_set_int(o, "state", j->state);
@@ -121,123 +144,51 @@ static void job_free(struct warm *W, warm_job *j)
 
 /* ---- the object list ------------------------------------------------------------ */
 
-typedef struct heat {
-    int32_t layer, expert;
-    uint64_t n;
-} heat;
-
-static int heat_row(const cache_stats_row *r, void *ctx)
+/* Bytes the other unfinished jobs still fetch: planned room they hold. */
+static uint64_t held_back(const struct warm *W, const warm_job *self)
 {
-    shoal_buf *b = ctx;
-    heat h = { r->layer, r->expert, r->counts.hits + r->counts.misses + r->counts.joins };
-    if (r->tier == CACHE_TIER_DISK || r->tier == CACHE_TIER_RAM)
-        return shoal_buf_append(b, &h, sizeof h) ? 1 : 0;
-    return 0;
+    uint64_t n = 0;
+    for (const warm_job *j = W->jobs; j; j = j->next)
+        if (j != self && j->state < JOB_DONE && j->bytes_total > j->bytes_done)
+            n += j->bytes_total - j->bytes_done;
+    return n;
 }
 
-static int heat_cmp(const void *a, const void *b)
+/* Plan the job's selection and take its objects.  SHOAL_ENOSPC, saying
+ * what to do, when it cannot fit (and FIT does not allow trimming it). */
+static int job_plan(struct warm *W, warm_job *j, shoal_err *err)
 {
-    const heat *x = a, *y = b;
-    return x->n < y->n ? 1 : x->n > y->n ? -1 : 0;
-}
-
-/* Selection 3: the N experts with the most requests (both tiers). */
-static int top_pairs(struct warm *W, warm_job *j, shoal_err *err)
-{
-    shoal_buf b;
-    heat *h;
-    size_t n, k = 0;
-    int rc;
-
-    shoal_buf_init(&b, 0);
-    rc = cache_stats_query(W->d->cache, CACHE_STATS_EXPERT, j->m->model_id, heat_row, &b, err);
-    if (rc) {
-        shoal_buf_free(&b);
-        return rc;
-    }
-    h = (heat *)b.data;
-    n = b.len / sizeof *h;
-    qsort(h, n, sizeof *h, heat_cmp);
-    /* a (layer, expert) counted in two tiers appears twice: merge-free
-     * approximation is fine for choosing, duplicates are dropped below. */
-    free(j->pairs);
-    j->pairs = calloc(2 * (n ? n : 1), sizeof *j->pairs);
-    if (!j->pairs) {
-        shoal_buf_free(&b);
-        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < n && k < j->a; i++) {
-        int dup = 0;
-        for (size_t q = 0; q < k && !dup; q++)
-            dup = j->pairs[2 * q] == h[i].layer && j->pairs[2 * q + 1] == h[i].expert;
-        if (dup || !manifest_expert_find(j->m->man, (uint32_t)h[i].layer, (uint32_t)h[i].expert))
-            continue;
-        j->pairs[2 * k] = h[i].layer;
-        j->pairs[2 * k + 1] = h[i].expert;
-        k++;
-    }
-    j->npairs = k;
-    shoal_buf_free(&b);
-    return 0;
-}
-
-static int job_build(struct warm *W, warm_job *j, shoal_err *err)
-{
-    fetch_selection sel = { 0, 0, 0, -1, -1, NULL, 0 };
-    fetch_item *it = NULL;
-    size_t n = 0;
-    int rc;
-
-    switch (j->selection) {
-    case 0: sel.spine = sel.small = sel.all_experts = 1; break;
-    case 1: sel.spine = sel.small = 1; break;
-    case 2:
-        if (j->a > j->b)
-            return shoal_err_set(err, SHOAL_EINVAL, "layers %u..%u: the first is after the last",
-                                 j->a, j->b);
-        sel.layer_first = (int32_t)j->a;
-        sel.layer_last = (int32_t)j->b;
-        break;
-    case 3:
-        rc = top_pairs(W, j, err);
-        if (rc)
-            return rc;
-        sel.pairs = j->pairs;
-        sel.npairs = j->npairs;
-        break;
-    default:
-        sel.pairs = j->pairs;
-        sel.npairs = j->npairs;
-    }
-    rc = fetch_select(j->m->man, &sel, &it, &n, err);
+    warm_sel s;
+    int rc = plan_select(W->d, j->m, j->selection, j->a, j->b, j->pairs, j->npairs, j->fit, 1,
+                         held_back(W, j), &s, err);
     if (rc)
         return rc;
+    if (s.refused) {
+        rc = shoal_err_set(err, SHOAL_ENOSPC, "%s: %s", j->spec, s.why);
+        plan_free(&s);
+        return rc;
+    }
     free(j->items);
-    j->items = calloc(n ? n : 1, sizeof *j->items);
-    if (!j->items) {
-        free(it);
-        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    j->items = s.items;
+    j->nitems = s.n;
+    if (j->selection == 3) {       /* the top N as ranked now */
+        free(j->pairs);
+        j->pairs = s.pairs;
+        j->npairs = s.npairs;
+        s.pairs = NULL;
     }
+    j->plan = s.plan;
+    j->left_objects = s.left_objects;
     j->bytes_total = 0;
-    for (size_t i = 0; i < n; i++) {
-        objref *o = &j->items[i];
-        o->key.etag = j->m->man->files[it[i].file].etag;
-        o->key.offset = it[i].offset;
-        o->key.length = it[i].length;
-        o->kind = it[i].kind;
-        o->file = it[i].file;
-        o->layer = it[i].layer;
-        o->expert = it[i].expert;
-        o->tensor = it[i].tensor;
-        j->bytes_total += it[i].length;
-    }
-    free(it);
-    j->nitems = n;
-    j->objs_total = (uint32_t)n;
+    for (size_t i = 0; i < j->nitems; i++)
+        j->bytes_total += j->items[i].key.length;
+    j->objs_total = (uint32_t)j->nitems;
     j->cursor = 0;
     j->objs_done = 0;
     j->bytes_done = 0;
     j->errors = 0;
+    s.items = NULL;
+    plan_free(&s);
     return 0;
 }
 
@@ -322,11 +273,16 @@ static void job_begin(struct warm *W, warm_job *j)
         event_add(W->ev_retry, &tv);
         return;
     }
-    if (job_build(W, j, &err) != 0) {
+    if (job_plan(W, j, &err) != 0) {
+        /* e.g. the budget shrank since it was planned: say why it stopped */
         j->errors++;
         snprintf(j->last_error, sizeof j->last_error, "%s", err.msg);
+        LOG_WARN("warm", "job %llu not resumed: %s", (unsigned long long)j->id, err.msg);
         j->state = JOB_FAILED;
+        j->finished_ms = shoal_wall_ms();
         job_save(W, j);
+        model_release(W->d, j->m);
+        j->m = NULL;
         return;
     }
     j->state = JOB_RUNNING;
@@ -375,41 +331,96 @@ static warm_job *job_alloc(struct warm *W, uint64_t id, const char *spec)
     return j;
 }
 
-int warm_start(struct warm *W, model *m, int selection, uint32_t a, uint32_t b,
+/* Refuse WARM list keys that are not experts (selection 4). */
+static int keys_check(int selection, const shoal_key *keys, size_t nkeys, shoal_err *err)
+{
+    for (size_t i = 0; selection == 4 && i < nkeys; i++)
+        if (keys[i].kind != SHOAL_KEY_EXPERT)
+            return shoal_err_set(err, SHOAL_EUNSUPPORTED, "WARM lists name experts only (key %zu "
+                                 "does not): warm tensors and files with selection 1", i);
+    return 0;
+}
+
+/* Selection 4's pairs from its keys (caller frees). */
+static int32_t *keys_pairs(const shoal_key *keys, size_t nkeys)
+{
+    int32_t *p = calloc(2 * nkeys + 1, sizeof *p);
+    for (size_t i = 0; p && i < nkeys; i++) {
+        p[2 * i] = keys[i].layer;
+        p[2 * i + 1] = (int32_t)keys[i].expert;
+    }
+    return p;
+}
+
+int warm_plan(struct warm *W, model *m, int selection, int flags, uint32_t a, uint32_t b,
+              const shoal_key *keys, size_t nkeys, shoal_buf *out, shoal_err *err)
+{
+    int32_t *pairs = NULL;
+    shoal_json *j;
+    warm_sel s;
+    int rc = keys_check(selection, keys, nkeys, err);
+
+    if (rc)
+        return rc;
+    if (selection == 4 && !(pairs = keys_pairs(keys, nkeys)))
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    rc = plan_select(W->d, m, selection, a, b, pairs, nkeys, (flags & SHOAL_WARM_F_FIT) != 0, 0,
+                     held_back(W, NULL), &s, err);
+    free(pairs);
+    if (rc)
+        return rc;
+    j = plan_json(&s, m, selection, a, b, (flags & SHOAL_WARM_F_FIT) != 0);
+    if (!j || shoal_json_dump(j, SHOAL_JSON_COMPACT, out) != 0)
+        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    shoal_json_free(j);
+    plan_free(&s);
+    return rc;
+}
+
+int warm_start(struct warm *W, model *m, int selection, int flags, uint32_t a, uint32_t b,
                const shoal_key *keys, size_t nkeys, uint64_t *job, shoal_err *err)
 {
     warm_job *j;
+    int rc;
 
-    if (selection == 4) {
-        for (size_t i = 0; i < nkeys; i++)
-            if (keys[i].kind != SHOAL_KEY_EXPERT)
-                return shoal_err_set(err, SHOAL_EUNSUPPORTED,
-                                     "WARM lists name experts only (key %zu does not): warm "
-                                     "tensors and files with selection 1", i);
-    }
+    if ((rc = keys_check(selection, keys, nkeys, err)) != 0)
+        return rc;
     j = job_alloc(W, W->next_id, m->spec);
     if (!j)
         return shoal_err_set(err, SHOAL_EBUSY, "%d warm jobs are running: wait for one to end",
                              DAEMON_JOBS_MAX);
     j->selection = selection;
+    j->fit = (flags & SHOAL_WARM_F_FIT) != 0;
     j->a = a;
     j->b = b;
     if (selection == 4) {
-        j->pairs = calloc(2 * nkeys + 1, sizeof *j->pairs);
-        if (!j->pairs)
-            return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
-        for (size_t i = 0; i < nkeys; i++) {
-            j->pairs[2 * i] = keys[i].layer;
-            j->pairs[2 * i + 1] = (int32_t)keys[i].expert;
-        }
+        if (!(j->pairs = keys_pairs(keys, nkeys)))
+            rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
         j->npairs = nkeys;
     }
     j->m = m;
     m->refs++;
+    if (rc == 0)
+        rc = job_plan(W, j, err);
+    if (rc) {
+        /* planned and refused: no job (its id is given again) */
+        W->jobs = j->next;
+        W->njobs--;
+        if (W->next_id == j->id + 1)
+            W->next_id = j->id;
+        job_free(W, j);
+        return rc;
+    }
     *job = j->id;
-    LOG_INFO("warm", "job %llu: %s selection %d (%u, %u)", (unsigned long long)j->id, m->spec,
-             selection, a, b);
-    job_begin(W, j);
+    LOG_INFO("warm", "job %llu: %s selection %d (%u, %u)%s: %llu objects cached, %llu to fetch "
+             "(%llu bytes), %llu left out as not fitting, ~%llu bytes to evict",
+             (unsigned long long)j->id, m->spec, selection, a, b, j->fit ? " fit" : "",
+             (unsigned long long)j->plan.cached_objects, (unsigned long long)j->plan.fetch_objects,
+             (unsigned long long)j->plan.fetch_bytes, (unsigned long long)j->plan.over_objects,
+             (unsigned long long)j->plan.evict_bytes);
+    j->state = JOB_RUNNING;
+    job_save(W, j);
+    job_pump(W, j);
     return 0;
 }
 
@@ -462,6 +473,7 @@ static void job_load(struct warm *W, const char *path)
     }
 #define GETI(key, field) do { if (shoal_json_int(o, key, &v, NULL) == 0) field = v; } while (0)
     GETI("selection", j->selection);
+    GETI("fit", j->fit);
     GETI("a", j->a);
     GETI("b", j->b);
     GETI("state", j->state);
@@ -577,6 +589,8 @@ void warm_stats_json(struct warm *W, void *json_array)
         shoal_json_set_int(o, "bytes_total", (int64_t)j->bytes_total);
         shoal_json_set_int(o, "errors", j->errors);
         shoal_json_set_str(o, "last_error", j->last_error);
+        shoal_json_set_take(o, "fit", shoal_json_new_bool(j->fit));
+        shoal_json_set_take(o, "plan", job_plan_json(j));
         shoal_json_append_take(arr, o);
     }
 }

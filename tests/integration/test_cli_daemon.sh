@@ -82,14 +82,17 @@ L, E = cov["layers"], cov["experts_per_layer"]
 assert len(cells) == L * E, (len(cells), L, E)
 seen = {(int(c.get("data-layer")), int(c.get("data-expert"))): c for c in cells}
 assert len(seen) == L * E
-pal = ["#ffffcc", "#ffeda0", "#fed976", "#feb24c", "#fd8d3c", "#fc4e2a", "#e31a1c", "#b10026"]
+pal = ["#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7",
+       "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f"]
 known = {(1, 0): 3, (1, 1): 2, (1, 2): 1, (2, 3): 1}
 for k, c in seen.items():
     n = known.get(k, 0)
     assert int(c.get("data-requests")) == n, (k, c.get("data-requests"))
-    exp = "#eeeeee" if n == 0 else pal[int(math.floor(7 * math.log(n) / math.log(3) + 0.5))]
+    mean = sum(v for (l, e), v in known.items() if l == k[0]) / E
+    b = min(10, max(0, math.floor(math.log(n / mean) / math.log(4) * 5 + 0.5) + 5)) if n else -1
+    exp = "#c8c8c8" if n == 0 else pal[b]
     assert c.get("fill") == exp, (k, c.get("fill"), exp)
-assert seen[(1, 0)].get("fill") == "#b10026" and seen[(1, 1)].get("fill") == "#fd8d3c"
+assert seen[(1, 0)].get("fill") == "#67001f" and seen[(0, 0)].get("fill") == "#c8c8c8"
 PY
 
 # ---- warm --wait -------------------------------------------------------------------------
@@ -154,7 +157,8 @@ S stats | grep -q 'shoald is not running' || fail "human stats should say the da
 S ls | grep -q '^t/tiny ' || fail "ls"
 # estimate from the cached manifest, with the upstream rate of past transfers
 S estimate $M --disk-bytes 8M --mem-bytes 16M > "$T/est.out" || { cat "$T/est.out"; fail "estimate"; }
-grep -q "the manifest's spine tensors" "$T/est.out" && grep -Eq 'upstream +up += [0-9.]+ [KMG]?i?B/s' "$T/est.out" \
+grep -q "shapes from the cached manifest's config.json" "$T/est.out" && grep -q '^  spine (int8) ' "$T/est.out" \
+    && grep -Eq 'upstream +up += [0-9.]+ [KMG]?i?B/s' "$T/est.out" \
     && [ "$(grep -cE '^ +=.* = [0-9.e+-]+ s$' "$T/est.out")" = 3 ] || { cat "$T/est.out"; fail "estimate of a cached model"; }
 S rm $M > "$T/rm.out" || { cat "$T/rm.out"; fail "rm"; }
 S stats --json > "$T/s6.json"

@@ -61,6 +61,7 @@ S ls | golden cli_ls_index.txt
 
 # ---- heatmap -------------------------------------------------------------------------
 S heatmap org/tiny -o "$T/h.svg" > /dev/null || fail "heatmap"
+if command -v xmllint > /dev/null; then xmllint --noout "$T/h.svg" || fail "xmllint refuses the heat map"; fi
 /usr/bin/python3 - "$T/h.svg" <<'PY' || fail "heatmap SVG"
 import math, sys, xml.etree.ElementTree as ET
 NS = "{http://www.w3.org/2000/svg}"
@@ -70,23 +71,35 @@ cells = [r for r in root.iter(NS + "rect") if r.get("class") == "cell"]
 assert len(cells) == 2 * 4, len(cells)
 seen = {(int(c.get("data-layer")), int(c.get("data-expert"))): c for c in cells}
 assert sorted(seen) == [(l, e) for l in range(2) for e in range(4)]
-pal = ["#ffffcc", "#ffeda0", "#fed976", "#feb24c", "#fd8d3c", "#fc4e2a", "#e31a1c", "#b10026"]
+# requests per expert over the layer's mean, log scale centred on 1 (docs/cli.md)
+pal = ["#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7",
+       "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f"]
 want = {(0, 0): 4, (0, 1): 1, (0, 2): 1, (0, 3): 0, (1, 0): 2, (1, 1): 0, (1, 2): 1, (1, 3): 2}
-mx = max(want.values())
 for k, n in want.items():
     c = seen[k]
+    mean = sum(v for (l, e), v in want.items() if l == k[0]) / 4
     assert int(c.get("data-requests")) == n, (k, c.get("data-requests"))
-    exp = "#eeeeee" if n == 0 else pal[min(7, int(math.floor(7 * math.log(n) / math.log(mx) + 0.5)))]
+    b = min(10, max(0, math.floor(math.log(n / mean) / math.log(4) * 5 + 0.5) + 5)) if n else -1
+    exp = "#c8c8c8" if n == 0 else pal[b]
     assert c.get("fill") == exp, (k, n, c.get("fill"), exp)
-assert seen[(0, 0)].get("fill") == "#b10026" and seen[(1, 3)].get("fill") == "#fd8d3c"
+assert seen[(0, 0)].get("fill") == "#b2182b" and seen[(0, 1)].get("fill") == "#d1e5f0"
 rates = {int(r.get("data-layer")): float(r.get("data-hit-rate")) for r in root.iter(NS + "rect") if r.get("class") == "rate"}
 assert rates == {0: 1.0, 1: 0.4}, rates
+assert len([r for r in root.iter(NS + "rect") if r.get("class") == "key"]) == 11
 texts = " ".join(t.text or "" for t in root.iter(NS + "text"))
 assert "expert" in texts and "layer" in texts and "log scale" in texts and "40.0 %" in texts
 PY
 S heatmap org/tiny --ascii > "$T/ascii.out" || fail "heatmap --ascii"
-grep -q '^    0 |@.. | 100.0 %$' "$T/ascii.out" && grep -q '^    1 |+ .+|  40.0 %$' "$T/ascii.out" \
+grep -q '^    0 |%-- | 100.0 %$' "$T/ascii.out" && grep -q '^    1 |\* -\*|  40.0 %$' "$T/ascii.out" \
     || { cat "$T/ascii.out"; fail "ascii heat map rows"; }
+S heatmap org/tiny --json | /usr/bin/python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+assert j["schema"] == "shoal.heatmap" and j["experts_per_cell"] == 1 and j["columns"] == 4, j
+r = {x["layer"]: x for x in j["rows"]}
+assert r[0]["cells"] == [4, 1, 1, 0] and r[1]["cells"] == [2, 0, 1, 2] and r[1]["hits"] == [2, 0, 0, 0], r
+assert r[0]["ratio"][0] == round(4 / 1.5, 4) and r[0]["busiest_expert"] == 0, r[0]
+' || fail "heatmap --json"
 
 # ---- verify, pin, gc, rm (the CLI is the writer: no daemon runs) ----------------------
 S verify > "$T/v0.out"; rc=$?
@@ -120,6 +133,27 @@ for w in 'experts per token  E = ' 'from RAM +\(S \+ E\) / mem' 'from disk +S/me
     grep -Eq "$w" "$T/est.out" || { cat "$T/est.out"; fail "estimate lacks /$w/"; }
 done
 [ "$(grep -cE '^ +=.* = [0-9.e+-]+ s$' "$T/est.out")" = 3 ] || { cat "$T/est.out"; fail "estimate: three results"; }
+# The spine from the config's shapes: its BF16 tally is what the checkpoint
+# holds (index total_size minus the routed experts), and the formats differ.
+/usr/bin/python3 - "$T/m" "$T/est.out" <<'PY' || { cat "$T/est.out"; fail "estimate: the checkpoint's spine"; }
+import json, re, sys
+d = sys.argv[1]
+c = json.load(open(d + "/config.json")); c = c.get("text_config", c)
+total = json.load(open(d + "/model.safetensors.index.json"))["metadata"]["total_size"]
+moe = sum(1 for i in range(c["num_hidden_layers"]) if i >= c["first_k_dense_replace"])
+span = 3 * c["moe_intermediate_size"] * c["routed_expert_hidden_size"] * 17 // 32
+v = float(total - moe * c["num_experts"] * span)
+u = 0
+while v >= 1024 and u < 5:
+    v /= 1024; u += 1
+want = ("%.2f %s" if v < 10 else "%.1f %s" if v < 100 else "%.0f %s") % (v, ["B", "KiB", "MiB", "GiB"][u])
+line = [l for l in open(sys.argv[2]) if "checkpoint:" in l][0]
+assert ("checkpoint: %s BF16" % want) in line, (line, want)
+PY
+S estimate "$T/m" --spine int4 --disk-bytes 8M --mem-bytes 16M --upstream 50M > "$T/est4.out" || fail "estimate --spine int4"
+grep -q '^  spine (int4) ' "$T/est4.out" || { cat "$T/est4.out"; fail "estimate --spine int4"; }
+[ "$(grep 'S = ' "$T/est.out")" != "$(grep 'S = ' "$T/est4.out" | sed 's/int4/int8/')" ] || fail "int4 and int8 spines should differ"
+S estimate "$T/m" --spine int3 > /dev/null 2>&1; [ $? = 2 ] || fail "--spine int3 should be a usage error"
 /usr/bin/python3 - "$T/m/config.json" "$T/est.out" <<'PY' || fail "estimate: E"
 import json, re, sys
 c = json.load(open(sys.argv[1])); c = c.get("text_config", c)

@@ -3,9 +3,11 @@
  * (a temporary file in the cache directory, dropped from the page cache)
  * and the memory read bandwidth (a STREAM-style sum), takes the upstream
  * rate from the cache's past transfers, reads the model's config (experts
- * per token x span size, the spine size) and the cache's measured hit
- * rates, and prints seconds per token streaming, from disk and from RAM,
- * with the arithmetic.  I/O only: compute time is not included.
+ * per token x span size; the spine in the format the engine keeps it in
+ * RAM, common/spine_size.h: int8 by default, --spine int4|f32|bf16) and
+ * the cache's measured hit rates, and prints seconds per token streaming,
+ * from disk and from RAM, with the arithmetic.  I/O only: compute time is
+ * not included.
  */
 #include "tools/shoal/shoal_int.h"
 
@@ -20,6 +22,7 @@
 
 #include "common/k3_config.h"
 #include "common/manifest.h"
+#include "common/spine_size.h"
 #include "common/sys.h"
 
 #define TMPFS_MAGIC_ 0x01021994
@@ -27,8 +30,7 @@
 typedef struct model_shape {
     char     name[SHOAL_PATH_MAX];
     k3_config cfg;
-    uint64_t spine_bytes;         /* 0: unknown */
-    const char *spine_from;
+    const char *config_from;
 } model_shape;
 
 /* ---- measurements ---------------------------------------------------------------- */
@@ -114,24 +116,11 @@ static double measure_memory(uint64_t bytes)
 static int shape_from_dir(const char *dir, model_shape *m, shoal_err *err)
 {
     char path[SHOAL_PATH_MAX];
-    shoal_json *idx;
-    int64_t total = 0;
-    int rc;
 
     if (shoal_path_join(path, sizeof path, dir, "config.json") != 0)
         return shoal_err_set(err, SHOAL_ETOOBIG, "path too long");
-    if ((rc = k3_config_load(path, &m->cfg, err)) != 0)
-        return rc;
-    shoal_path_join(path, sizeof path, dir, "model.safetensors.index.json");
-    idx = shoal_json_load_file(path, 64u << 20, NULL);
-    if (idx && shoal_json_int(idx, "metadata.total_size", &total, NULL) == 0 && total > 0) {
-        uint64_t experts = (uint64_t)m->cfg.n_moe_layers * (uint64_t)m->cfg.n_experts *
-                           m->cfg.expert_bytes;
-        m->spine_bytes = (uint64_t)total > experts ? (uint64_t)total - experts : 0;
-        m->spine_from = "index total_size minus the routed experts (vision tensors included)";
-    }
-    shoal_json_free(idx);
-    return 0;
+    m->config_from = "config.json";
+    return k3_config_load(path, &m->cfg, err);
 }
 
 static int shape_from_cache(const shoal_cli *cli, const char *spec, model_shape *m, shoal_err *err)
@@ -156,12 +145,7 @@ static int shape_from_cache(const shoal_cli *cli, const char *spec, model_shape 
         rc = SHOAL_EFORMAT;
     if (rc == 0)
         rc = k3_config_parse(cfg, &m->cfg, err);
-    if (rc == 0) {
-        for (size_t i = 0; i < man->ntensors; i++)
-            if (man->tensors[i].is_spine)
-                m->spine_bytes += man->tensors[i].length;
-        m->spine_from = "the manifest's spine tensors";
-    }
+    m->config_from = "the cached manifest's config.json";
     shoal_json_free(cfg);
     manifest_free(man);
     return rc;
@@ -170,11 +154,15 @@ static int shape_from_cache(const shoal_cli *cli, const char *spec, model_shape 
 /* ---- the command ---------------------------------------------------------------- */
 
 static const char estimate_help[] =
-    "usage: shoal estimate MODEL [--upstream RATE] [--disk-bytes SIZE] [--mem-bytes SIZE]\n"
+    "usage: shoal estimate MODEL [--spine int8|int4|f32|bf16] [--upstream RATE]\n"
+    "                      [--disk-bytes SIZE] [--mem-bytes SIZE]\n"
     "\n"
     "Expected seconds per token (I/O only) streaming from upstream, from the disk\n"
     "cache and from RAM, with the arithmetic.  MODEL is a directory with config.json\n"
-    "or a model whose manifest the cache holds.  Measures the cold disk read rate in\n"
+    "or a model whose manifest the cache holds.  The spine is counted in the format\n"
+    "the engine keeps it in RAM, from the config's shapes: int8 (default: its pack,\n"
+    "the embedding mapped), int4 (the large projections in groups of 64), f32, or\n"
+    "bf16 (as the checkpoint stores it).  Measures the cold disk read rate in\n"
     "the cache directory (a SIZE temporary file, default 256M, dropped from the page\n"
     "cache) and the memory read bandwidth (STREAM-style sum over SIZE, default\n"
     "256M); the upstream rate comes from the cache's past transfers, or --upstream\n"
@@ -207,9 +195,11 @@ int cmd_estimate(shoal_cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
         { "upstream", required_argument, NULL, 'u' }, { "disk-bytes", required_argument, NULL, 'd' },
-        { "mem-bytes", required_argument, NULL, 'm' }, { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 } };
+        { "mem-bytes", required_argument, NULL, 'm' }, { "spine", required_argument, NULL, 's' },
+        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
     uint64_t disk_bytes = 256u << 20, mem_bytes = 256u << 20, up_flag = 0;
+    spine_format fmt = SPINE_FMT_INT8;
+    spine_size sz, ckpt;
     model_shape m;
     struct stat st;
     shoal_err err = { 0, "" };
@@ -225,6 +215,13 @@ int cmd_estimate(shoal_cli *cli, int argc, char **argv)
         case 'u': case 'd': case 'm':
             if (shoal_size_parse(optarg, dst) != 0 || *dst == 0) {
                 fprintf(stderr, "shoal estimate: '%s' is not a size (e.g. 256M)\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 's':
+            if (spine_format_parse(optarg, &fmt) != 0) {
+                fprintf(stderr, "shoal estimate: --spine takes int8, int4, f32 or bf16, not '%s'\n",
+                        optarg);
                 return EXIT_USAGE;
             }
             break;
@@ -262,16 +259,20 @@ int cmd_estimate(shoal_cli *cli, int argc, char **argv)
 
     double E = (double)m.cfg.n_experts_per_token * (double)m.cfg.n_moe_layers *
                (double)m.cfg.expert_bytes;
-    double S = (double)m.spine_bytes;
-    printf("Model %s\n", m.name);
+    spine_size_of(&m.cfg, fmt, &sz);
+    spine_size_of(&m.cfg, SPINE_FMT_BF16, &ckpt);
+    double S = (double)sz.per_token;
+    printf("Model %s (shapes from %s)\n", m.name, m.config_from);
     printf("  experts per token  E = %lld MoE layers x %lld experts x %s = %s\n",
            (long long)m.cfg.n_moe_layers, (long long)m.cfg.n_experts_per_token,
            fmt_size(m.cfg.expert_bytes, a), fmt_size((uint64_t)E, b));
-    if (m.spine_bytes)
-        printf("  spine              S = %s (%s; read once per token, kept in RAM)\n",
-               fmt_size(m.spine_bytes, a), m.spine_from);
-    else
-        printf("  spine              S = unknown (no index total_size): counted as 0\n");
+    printf("  spine (%-4s)       S = %s read per token (%s of matrices, %s of vectors)\n",
+           spine_format_name(fmt), fmt_size(sz.per_token, a), fmt_size(sz.matrices, b),
+           fmt_size(sz.vectors, x));
+    printf("                     kept in RAM %s with the embedding (%s BF16, mapped: one row "
+           "a token)\n", fmt_size(sz.total, a), fmt_size(sz.embedding, b));
+    printf("                     checkpoint: %s BF16 in %llu tensors (--spine int8|int4|f32|bf16)\n",
+           fmt_size(ckpt.total, a), (unsigned long long)ckpt.tensors);
     printf("Measured on this machine\n");
     printf("  memory read        mem  = %s (STREAM-style sum over %s, one thread)\n",
            fmt_rate(mem, a), fmt_size(mem_bytes, b));

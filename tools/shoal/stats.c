@@ -90,93 +90,77 @@ static int from_index(const shoal_cli *cli, const char *spec, cache_report_by by
     return rc;
 }
 
-/* An owned copy of a borrowed value (json.h has no copy: through text). */
-static shoal_json *json_copy(const shoal_json *v)
+/* The query as JSON text: {"model": spec or null, "by": ...}. */
+static int query_text(const char *spec, cache_report_by by, shoal_buf *qb, shoal_err *err)
 {
-    shoal_buf b;
-    shoal_json *c = NULL;
-    shoal_buf_init(&b, 0);
-    if (v && shoal_json_dump(v, SHOAL_JSON_COMPACT, &b) == 0)
-        c = shoal_json_parse((const char *)b.data, b.len, NULL);
-    shoal_buf_free(&b);
-    return c;
-}
-
-/* A daemon whose STATS answer is not "shoal.stats" v1: its answer flushed
- * the counters, so the index report is current; what only the daemon
- * knows (the budget, pins, evictions, its upstream rate) is taken from
- * its answer. */
-static void overlay_live(shoal_json *rep, const shoal_json *live)
-{
-    shoal_json *d = shoal_json_object();
-    double ms = jnum(live, "tiers.upstream.transfer_ms", 0);
-    if (!jnull(live, "disk.budget")) {
-        shoal_json *disk = json_copy(shoal_json_get(live, "disk"));
-        if (disk)
-            shoal_json_set_take(rep, "disk", disk);
-    }
-    if (ms > 0 && jint(live, "tiers.upstream.bytes", 0) > 0) {
-        shoal_json *up = shoal_json_path(rep, "tiers.upstream");
-        if (up)
-            shoal_json_set_num(up, "rate_bytes_per_s",
-                               (double)jint(live, "tiers.upstream.bytes", 0) * 1e3 / ms);
-    }
-    if (d) {
-        shoal_json_set_int(d, "pid", jint(live, "pid", 0));
-        shoal_json_set_int(d, "started_ms", jint(live, "started_ms", 0));
-        shoal_json_set_str(d, "version", jstr(live, "version", ""));
-        shoal_json_set_take(rep, "daemon", d);
-    }
-    shoal_json_set_str(rep, "source", "daemon");
-}
-
-/* With `keep` (may be NULL) a connection is reused across calls (--watch:
- * one session, not one per redraw); *keep is NULL while none is open. */
-static int fetch_on(const shoal_cli *cli, shoal_client **keep, const char *spec,
-                    cache_report_by by, shoal_json **out, int *live, shoal_err *err)
-{
-    shoal_client *c = keep ? *keep : NULL;
-    shoal_json *q = shoal_json_object(), *ans = NULL;
-    shoal_buf qb;
-    int rc = 0;
-
-    *out = NULL;
-    *live = 0;
-    shoal_buf_init(&qb, 0);
+    shoal_json *q = shoal_json_object();
+    int rc;
     if (!q)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     shoal_json_set_take(q, "model", spec ? shoal_json_new_str(spec) : shoal_json_new_null());
     shoal_json_set_str(q, "by", by_names[by]);
-    rc = shoal_json_dump(q, SHOAL_JSON_COMPACT, &qb);
+    rc = shoal_json_dump(q, SHOAL_JSON_COMPACT, qb);
     shoal_json_free(q);
-    if (rc)
-        return shoal_err_set(err, rc, "out of memory");
-    if (!c)
-        rc = cli_connect(cli, &c, err);
-    if (rc == 0) {
-        rc = ask_daemon(c, (const char *)qb.data, &ans, err);
-        if (rc == 0 && strcmp(jstr(ans, "schema", ""), "shoal.stats") == 0 &&
-            jint(ans, "version", 0) == 1) {
-            *out = ans;
-            *live = 1;
-            ans = NULL;
-        } else if (rc != 0 && rc != SHOAL_ENET) {
-            /* A daemon that knows only the models it has open: ask for
-             * everything and filter from the index. */
-            shoal_err_clear(err);
-            rc = ask_daemon(c, "{}", &ans, err);
-        }
+    return rc ? shoal_err_set(err, rc, "out of memory") : 0;
+}
+
+/* Ask shoald on c; a reply that is not "shoal.stats" v1 is refused (the
+ * two programs come from different builds), never replaced by the index. */
+static int ask_stats(shoal_client *c, const char *query, shoal_json **out, shoal_err *err)
+{
+    int rc = ask_daemon(c, query, out, err);
+    if (rc == 0 && (strcmp(jstr(*out, "schema", ""), "shoal.stats") != 0 ||
+                    jint(*out, "version", 0) != 1)) {
+        rc = shoal_err_set(err, SHOAL_EUNSUPPORTED, "shoald answered STATS with schema '%s' "
+                           "version %lld; this shoal reads shoal.stats version 1: run shoal and "
+                           "shoald of the same build", jstr(*out, "schema", "?"),
+                           (long long)jint(*out, "version", 0));
+        shoal_json_free(*out);
+        *out = NULL;
     }
-    if (rc == SHOAL_ENET) {
-        /* Not running (or it stopped): the index alone, read-only. */
-        shoal_client_close(c);
-        if (keep)
-            *keep = NULL;
-        shoal_buf_free(&qb);
+    return rc;
+}
+
+/* The report: from shoald when it runs (its reply may come in several
+ * frames: the client assembles them), from the index only when nothing
+ * listens on the socket — *live says which, and every caller says so in
+ * its output.  A daemon that runs but fails is an error, not a reason to
+ * read the index instead.  With `keep` (may be NULL) a connection is
+ * reused across calls (--watch: one session, not one per redraw); *keep
+ * is NULL while none is open, and a kept connection that died (shoald
+ * stopped or restarted) is replaced once. */
+static int fetch_on(const shoal_cli *cli, shoal_client **keep, const char *spec,
+                    cache_report_by by, shoal_json **out, int *live, shoal_err *err)
+{
+    shoal_client *c = keep ? *keep : NULL;
+    shoal_buf qb;
+    int rc, fresh = c == NULL;
+
+    *out = NULL;
+    *live = 0;
+    shoal_buf_init(&qb, 0);
+    if ((rc = query_text(spec, by, &qb, err)) != 0)
+        goto done;
+    for (;;) {
+        if (!c && (rc = cli_connect(cli, &c, err)) != 0)
+            break;
+        rc = ask_stats(c, (const char *)qb.data, out, err);
+        if (rc != SHOAL_ENET || fresh)
+            break;
+        shoal_client_close(c);      /* a kept connection died: try a new one */
+        c = NULL;
+        fresh = 1;
         shoal_err_clear(err);
-        return from_index(cli, spec, by, "index", out, err);
     }
-    if (keep && rc == 0) {
+    if (rc == 0)
+        *live = 1;
+    if (!c && rc == SHOAL_ENET) {
+        /* Nothing listens: the index alone, read-only. */
+        shoal_err_clear(err);
+        rc = from_index(cli, spec, by, "index", out, err);
+    }
+done:
+    if (keep && rc == 0 && c) {
         *keep = c;
     } else {
         shoal_client_close(c);
@@ -184,14 +168,6 @@ static int fetch_on(const shoal_cli *cli, shoal_client **keep, const char *spec,
             *keep = NULL;
     }
     shoal_buf_free(&qb);
-    if (rc == 0 && !*live) {
-        rc = from_index(cli, spec, by, "daemon", out, err);
-        if (rc == 0) {
-            overlay_live(*out, ans);
-            *live = 1;
-        }
-    }
-    shoal_json_free(ans);
     return rc;
 }
 
@@ -266,11 +242,38 @@ static void print_disk(FILE *f, const shoal_json *j)
                fmt_size((uint64_t)jint(j, "disk.budget", 0), b), fmt_pct(jnum(j, "disk.use", 0), c));
     if (!jnull(j, "daemon"))
         fmt_kv(f, 2, "pinned", "%10s", fmt_size((uint64_t)jint(j, "disk.pinned", 0), a));
+    if (jint(j, "disk.lifted", 0))
+        fmt_kv(f, 2, "spine replaced by its pack", "%10s  (evictable)",
+               fmt_size((uint64_t)jint(j, "disk.lifted", 0), a));
     fmt_kv(f, 2, "objects", "%10s", fmt_count((uint64_t)jint(j, "disk.objects", 0), a));
     if (!jnull(j, "daemon"))
         fmt_kv(f, 2, "evicted since start", "%10s  (%s)",
                fmt_count((uint64_t)jint(j, "disk.evicted", 0), a),
                fmt_size((uint64_t)jint(j, "disk.evicted_bytes", 0), b));
+    fputc('\n', f);
+}
+
+/* shoald's settings and where each came from (HOME/shoald.conf). */
+static void print_settings(FILE *f, const shoal_json *j)
+{
+    char a[FMT_MAX];
+    int64_t split = jint(j, "daemon.settings.split_min", 0);
+    int keep = 0;
+    if (jnull(j, "daemon.settings"))
+        return;
+    shoal_json_bool(j, "daemon.settings.keep_spine", &keep, NULL);
+    fmt_kv(f, 0, "Settings", "%s", jstr(j, "daemon.settings.file", "?"));
+    fmt_kv(f, 2, "max-size (budget)", "%-12s (%s)",
+           jint(j, "daemon.settings.max_size", 0)
+               ? fmt_size((uint64_t)jint(j, "daemon.settings.max_size", 0), a) : "auto",
+           jstr(j, "daemon.settings.from.max-size", "?"));
+    fmt_kv(f, 2, "parallel", "%-12lld (%s)", (long long)jint(j, "daemon.settings.parallel", 0),
+           jstr(j, "daemon.settings.from.parallel", "?"));
+    fmt_kv(f, 2, "split-min", "%-12s (%s)",
+           split < 0 ? "never" : split == 0 ? "2.00 MiB" : fmt_size((uint64_t)split, a),
+           jstr(j, "daemon.settings.from.split-min", "?"));
+    fmt_kv(f, 2, "keep-spine", "%-12s (%s)", keep ? "yes" : "no",
+           jstr(j, "daemon.settings.from.keep-spine", "?"));
     fputc('\n', f);
 }
 
@@ -480,15 +483,14 @@ static void stats_print(FILE *f, const shoal_json *j, cache_report_by by, int li
     if (live)
         fmt_kv(f, 0, "Source", "%s", "shoald (live)");
     else
-        fmt_kv(f, 0, "Source", "%s (read-only; %s)", jstr(j, "source", "index"),
-               strcmp(jstr(j, "source", "index"), "index") ? "counters flushed by shoald"
-                                                           : "shoald is not running");
+        fmt_kv(f, 0, "Source", "%s", "index (read-only; shoald is not running)");
     if (!jnull(j, "filter.model"))
         fmt_kv(f, 0, "Model", "%s", jstr(j, "filter.model", ""));
     fputc('\n', f);
     print_requests(f, j);
     print_tiers(f, j);
     print_disk(f, j);
+    print_settings(f, j);
     print_models(f, j);
     print_layers(f, j, by == CACHE_REPORT_BY_LAYER);
     if (by == CACHE_REPORT_BY_EXPERT)

@@ -17,15 +17,23 @@
 #define POLL_MS 250
 
 static const char warm_help[] =
-    "usage: shoal warm MODEL [--spine] [--experts all|top:N|layers:A-B] [--wait]\n"
+    "usage: shoal warm MODEL [--spine] [--experts all|top:N|layers:A-B] [--fit] [--dry-run]\n"
+    "                  [--wait]\n"
     "       shoal warm --job ID [--wait]\n"
     "\n"
     "Start a warm job in shoald: it fetches into the cache in the background, after\n"
-    "what engines ask for.  Without --spine or --experts: everything.\n"
-    "  --spine            the spine (every non-expert tensor) and small files\n"
+    "what engines ask for.  Without --spine or --experts: everything.  Each job is\n"
+    "planned against the budget first and the plan printed: what is cached, what it\n"
+    "fetches, what would not fit, what it evicts.  A selection that does not fit is\n"
+    "refused (exit 1, nothing fetched) unless --fit.\n"
+    "  --spine            the spine (every non-expert tensor) and small files; with\n"
+    "                     the int8 pack cached, the BF16 matrices it replaces are left out\n"
     "  --experts all      every routed expert\n"
     "  --experts top:N    the N experts asked for most (by the cache's counters)\n"
     "  --experts layers:A-B   every expert of layers A..B (0-based)\n"
+    "  --fit              warm the part that fits the budget, hottest experts first\n"
+    "                     (the spine is never trimmed: it fits whole or is refused)\n"
+    "  --dry-run          print the plan and start nothing\n"
     "  --wait             follow the job: progress bar, rate, ETA.  Ctrl-C stops\n"
     "                     following; the job keeps going in shoald (exit 130)\n"
     "  --job ID           follow a job started earlier\n"
@@ -152,13 +160,99 @@ static int follow_jobs(const shoal_cli *cli, shoal_client *cl, follow *f)
     return EXIT_DETACHED;
 }
 
+/* ---- plans --------------------------------------------------------------------------- */
+
+static void plan_line(const char *label, const shoal_json *p, const char *key, const char *note)
+{
+    char path[64], a[FMT_MAX], b[FMT_MAX];
+    snprintf(path, sizeof path, "%s.objects", key);
+    int64_t n = jint(p, path, 0);
+    snprintf(path, sizeof path, "%s.bytes", key);
+    fmt_kv(stdout, 2, label, "%10s objects  %10s%s", fmt_count((uint64_t)n, a),
+           fmt_size((uint64_t)jint(p, path, 0), b), n ? note : "");
+}
+
+/* Print the plan ("shoal.warm.plan"); 0 when it may start, else the exit
+ * code of its refusal (the message on stderr). */
+static int plan_print(const shoal_json *p, const char *what)
+{
+    char a[FMT_MAX], b[FMT_MAX], c[FMT_MAX], d[FMT_MAX], note[160];
+    const char *action = jstr(p, "action", "?");
+
+    printf("Plan: %s, %s%s\n", jstr(p, "model", "?"), what,
+           strcmp(action, "trim") == 0 ? " (trimmed to the budget: --fit)" : "");
+    plan_line("selected", p, "selected", "");
+    plan_line("already cached", p, "cached", "  (kept)");
+    plan_line("to fetch", p, "fetch", "");
+    plan_line("would not fit", p, "not_fitting", strcmp(action, "trim") == 0 ? "  (left out)" : "");
+    if (jint(p, "left_out.objects", 0))
+        plan_line("left out", p, "left_out", "  (BF16 matrices its cached int8 pack replaces)");
+    snprintf(note, sizeof note, "  (least valuable first: %s of experts, %s of spine)",
+             fmt_size((uint64_t)jint(p, "evict.bytes_by_kind.expert", 0), a),
+             fmt_size((uint64_t)jint(p, "evict.bytes_by_kind.spine", 0), b));
+    plan_line("evicts", p, "evict", note);
+    fmt_kv(stdout, 2, "budget", "%s: %s used, %s pinned; room for it %s",
+           fmt_size((uint64_t)jint(p, "budget.budget", 0), a),
+           fmt_size((uint64_t)jint(p, "budget.used", 0), b),
+           fmt_size((uint64_t)jint(p, "budget.pinned", 0), c),
+           fmt_size((uint64_t)jint(p, "budget.room", 0), d));
+    fflush(stdout);
+    if (strcmp(action, "refuse") == 0) {
+        fprintf(stderr, "shoal warm: refused: %s\n", jstr(p, "message", ""));
+        return EXIT_FAIL;
+    }
+    return EXIT_OK_;
+}
+
+static void selection_name(int sel, uint32_t a, uint32_t b, char *out, size_t cap)
+{
+    switch (sel & SHOAL_WARM_SEL_MASK) {
+    case SHOAL_WARM_ALL:    snprintf(out, cap, "everything"); break;
+    case SHOAL_WARM_SPINE:  snprintf(out, cap, "the spine and small files"); break;
+    case SHOAL_WARM_LAYERS: snprintf(out, cap, "experts of layers %u-%u", a, b); break;
+    default:                snprintf(out, cap, "the top %u experts", a); break;
+    }
+}
+
+/* Plan each selection, print it, and (unless dry) start it.  A dry run's
+ * second plan does not count what the first would fetch. */
+static int warm_selections(shoal_client *cl, uint32_t handle, const int *sel, const uint32_t *a,
+                           const uint32_t *b, int n, int dry, follow *f)
+{
+    shoal_err err = { 0, "" };
+    int rc = EXIT_OK_;
+
+    for (int i = 0; i < n && rc == EXIT_OK_; i++) {
+        shoal_buf out;
+        shoal_json *p = NULL;
+        char what[96];
+        int r;
+        selection_name(sel[i], a[i], b[i], what, sizeof what);
+        shoal_buf_init(&out, 0);
+        r = shoal_client_warm_plan(cl, handle, sel[i], a[i], b[i], &out, &err);
+        if ((r = cli_json_take(r, &out, &p, &err)) != 0)
+            return cli_fail(r, &err);
+        rc = plan_print(p, what);
+        shoal_json_free(p);
+        /* started before the next plan, which then counts what it holds */
+        if (rc == EXIT_OK_ && !dry) {
+            if ((r = shoal_client_warm(cl, handle, sel[i], a[i], b[i], &f->jobs[f->njobs],
+                                       &err)) != 0)
+                return cli_fail(r, &err);
+            f->njobs++;
+        }
+    }
+    return rc;
+}
+
 int cmd_warm(shoal_cli *cli, int argc, char **argv)
 {
     static const struct option opts[] = {
         { "spine", no_argument, NULL, 's' }, { "experts", required_argument, NULL, 'e' },
         { "wait", no_argument, NULL, 'w' }, { "job", required_argument, NULL, 'J' },
+        { "fit", no_argument, NULL, 'f' }, { "dry-run", no_argument, NULL, 'n' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
-    int spine = 0, experts = 0, wait = 0, c, rc, sel = SHOAL_WARM_ALL;
+    int spine = 0, experts = 0, wait = 0, fit = 0, dry = 0, c, rc, sel = SHOAL_WARM_ALL;
     uint32_t a = 0, b = 0;
     uint64_t job = 0;
     char spec[SHOAL_PATH_MAX], *end;
@@ -179,6 +273,8 @@ int cmd_warm(shoal_cli *cli, int argc, char **argv)
             experts = 1;
             break;
         case 'w': wait = 1; break;
+        case 'f': fit = SHOAL_WARM_F_FIT; break;
+        case 'n': dry = 1; break;
         case 'J':
             job = strtoull(optarg, &end, 10);
             if (*end || !job) {
@@ -190,7 +286,7 @@ int cmd_warm(shoal_cli *cli, int argc, char **argv)
         default: fputs(warm_help, stderr); return EXIT_USAGE;
         }
     }
-    if ((job && optind != argc) || (!job && optind != argc - 1)) {
+    if ((job && optind != argc) || (!job && optind != argc - 1) || (job && (fit || dry))) {
         fputs(warm_help, stderr);
         return EXIT_USAGE;
     }
@@ -222,14 +318,29 @@ int cmd_warm(shoal_cli *cli, int argc, char **argv)
             a = 0;
             b = (uint32_t)mi.layers - 1;
         }
-        if (rc == 0 && (spine || !experts))
-            rc = shoal_client_warm(cl, mi.handle, experts || spine ? SHOAL_WARM_SPINE : SHOAL_WARM_ALL,
-                                   0, 0, &f.jobs[f.njobs++], &err);
-        if (rc == 0 && experts)
-            rc = shoal_client_warm(cl, mi.handle, sel, a, b, &f.jobs[f.njobs++], &err);
         if (rc) {
             shoal_client_close(cl);
             return cli_fail(rc, &err);
+        }
+        {
+            int sels[WARM_MAX_JOBS], n = 0;
+            uint32_t as[WARM_MAX_JOBS], bs[WARM_MAX_JOBS];
+            if (spine || !experts) {
+                sels[n] = (experts || spine ? SHOAL_WARM_SPINE : SHOAL_WARM_ALL) | fit;
+                as[n] = bs[n] = 0;
+                n++;
+            }
+            if (experts) {
+                sels[n] = sel | fit;
+                as[n] = a;
+                bs[n] = b;
+                n++;
+            }
+            rc = warm_selections(cl, mi.handle, sels, as, bs, n, dry, &f);
+            if (rc != EXIT_OK_ || dry) {
+                shoal_client_close(cl);
+                return rc;
+            }
         }
         for (int i = 0; i < f.njobs; i++)
             printf("Started warm job %llu for %s\n", (unsigned long long)f.jobs[i], spec);
