@@ -57,6 +57,21 @@ void kernels_avx2_f32(const kernels_f32 *w, size_t r0, size_t r1,
 
 /* ---- batched tiles (issue 16): rows in the lanes of a register ----------- */
 
+/* Rows [r, r + R) of m (contiguous) and their scales towards L2: a tile's
+ * compute hides fetching the next tile's weights (from DRAM when the
+ * matrix was just streamed in). */
+static inline void kernels_prefetch_rows_l2(const kernels_bmat *m, size_t r, size_t R)
+{
+    const char *w = (const char *)(m->w + r * m->wrow);
+    for (size_t o = 0; o < R * m->wrow; o += 64)
+        _mm_prefetch(w + o, _MM_HINT_T1);
+    if (m->s) {
+        const char *s = (const char *)(m->s + r * m->srow);
+        for (size_t o = 0; o < R * m->srow; o += 64)
+            _mm_prefetch(s + o, _MM_HINT_T1);
+    }
+}
+
 /* Rows [r0, r0 + 8k) (AVX2) or [r0, r0 + 16k) (AVX-512) of m times every
  * vector of a, k as large as fits in [r0, r1); returns the first row not
  * done.  Bit-identical to the matrix-vector kernels (invariants 2-4). */

@@ -322,6 +322,23 @@ static inline float kernels_row_scalar(int kind, const kernels_bmat *m, size_t r
     return kind == KERNELS_KIND_Q8 ? y * m->rs[r] : y;
 }
 
+/* The scale bits of rows r..r+R-1, blocks [b0, b1), as sh[(b - b0) * R + i]
+ * (MXFP4: the ue8m0 byte << 23; int4: the BF16 bits << 16): the batched
+ * tiles build them with scalar stores once per 64 blocks, so that each
+ * block's scale vector is one load (gathering it per block stalled on
+ * store forwarding and shuffle-port work that every vector waited on). */
+static inline void kernels_tile_scales(int kind, const kernels_bmat *m, size_t r, size_t R,
+                                       size_t b0, size_t b1, uint32_t *sh)
+{
+    for (size_t i = 0; i < R; i++) {
+        const uint8_t *s = m->s + (r + i) * m->srow;
+        for (size_t b = b0; b < b1; b++)
+            sh[(b - b0) * R + i] = kind == KERNELS_KIND_MXFP4
+                                       ? (uint32_t)s[b] << 23
+                                       : ((uint32_t)s[2 * b] | (uint32_t)s[2 * b + 1] << 8) << 16;
+    }
+}
+
 /* int4 row kernels, one per ISA (kept apart from kernels_ops so that other
  * kernel families can add to that table without touching these lines). */
 typedef void (*kernels_q4_fn)(const kernels_q4 *w, size_t r0, size_t r1,

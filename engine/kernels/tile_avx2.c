@@ -31,6 +31,8 @@
 
 #define TILE_ROWS 8
 #define TILE_VECS 64
+/* blocks whose scales a tile gathers at a time (kernels_tile_scales) */
+#define SH_BLOCKS 64
 
 /* 16 bytes of 8 rows (at p + i * rs) as 4 registers: register l, lane r =
  * dword l of row r. */
@@ -113,25 +115,6 @@ static KERNELS_AI __m256i sums_rows(const int kind, const __m256i W[8], const __
     return _mm256_add_epi32(S, _mm256_set1_epi32(*start));
 }
 
-/* The scale bits of rows r..r+7, blocks [b0, b1) (b1 - b0 <= SH_BLOCKS),
- * as sh[b - b0][row]: built with scalar stores once per SH_BLOCKS blocks,
- * so each block's scale vector is one load (a gather per block cost a
- * store-forwarding stall and shuffle-port work that every vector waited
- * on). */
-#define SH_BLOCKS 64
-
-static KERNELS_AI void tile_scales(const int kind, const kernels_bmat *m, size_t r, size_t b0,
-                                   size_t b1, uint32_t sh[][TILE_ROWS])
-{
-    for (size_t i = 0; i < TILE_ROWS; i++) {
-        const uint8_t *s = m->s + (r + i) * m->srow;
-        for (size_t b = b0; b < b1; b++)
-            sh[b - b0][i] = kind == KERNELS_KIND_MXFP4
-                                ? (uint32_t)s[b] << 23
-                                : ((uint32_t)s[2 * b] | (uint32_t)s[2 * b + 1] << 8) << 16;
-    }
-}
-
 /* Rows [r, r + 8) times vectors [v0, v1) of a (v1 - v0 <= TILE_VECS). */
 static KERNELS_AI void tile8(const int kind, const kernels_bmat *m, size_t r, const kernels_act *a,
                              size_t v0, size_t v1, float *y, size_t ldy)
@@ -149,7 +132,8 @@ static KERNELS_AI void tile8(const int kind, const kernels_bmat *m, size_t r, co
         decode8(kind, m, r, b, W, Ws);
         if (kind != KERNELS_KIND_Q8) {
             if (b % SH_BLOCKS == 0)
-                tile_scales(kind, m, r, b, b + SH_BLOCKS < nb ? b + SH_BLOCKS : nb, sh);
+                kernels_tile_scales(kind, m, r, TILE_ROWS, b, b + SH_BLOCKS < nb ? b + SH_BLOCKS : nb,
+                                    sh[0]);
             c0 = _mm256_castsi256_ps(_mm256_load_si256((const __m256i *)sh[b % SH_BLOCKS]));
             if (kind == KERNELS_KIND_MXFP4)
                 c0 = _mm256_mul_ps(c0, _mm256_set1_ps(0.5f));
@@ -184,18 +168,8 @@ static KERNELS_AI size_t tiles_t(const int kind, const kernels_bmat *m, size_t r
 {
     size_t r = r0;
     for (; r + TILE_ROWS <= r1; r += TILE_ROWS) {
-        /* the tile's compute hides fetching the next tile's weights (rows
-         * are contiguous) into L2 */
-        if (r + 2 * TILE_ROWS <= r1) {
-            const char *nw = (const char *)(m->w + (r + TILE_ROWS) * m->wrow);
-            for (size_t o = 0; o < TILE_ROWS * m->wrow; o += 64)
-                _mm_prefetch(nw + o, _MM_HINT_T1);
-            if (kind != KERNELS_KIND_Q8) {
-                const char *ns = (const char *)(m->s + (r + TILE_ROWS) * m->srow);
-                for (size_t o = 0; o < TILE_ROWS * m->srow; o += 64)
-                    _mm_prefetch(ns + o, _MM_HINT_T1);
-            }
-        }
+        if (r + 2 * TILE_ROWS <= r1)
+            kernels_prefetch_rows_l2(m, r + TILE_ROWS, TILE_ROWS);
         for (size_t v = 0; v < a->n; v += TILE_VECS)
             tile8(kind, m, r, a, v, v + TILE_VECS < a->n ? v + TILE_VECS : a->n, y, ldy);
     }

@@ -30,6 +30,7 @@
 
 #define TILE_ROWS 4
 #define TILE_VECS 64
+/* blocks whose scales a tile gathers at a time (kernels_tile_scales) */
 #define SH_BLOCKS 64
 #define NEON_AI inline __attribute__((always_inline))
 
@@ -114,19 +115,6 @@ static NEON_AI int32x4_t sums_rows(const int kind, const int8x16_t W[8], const i
     return vpaddq_s32(vpaddlq_s16(pl), vpaddlq_s16(ph));
 }
 
-/* The scale bits of rows r..r+3, blocks [b0, b1), as sh[b - b0][row]. */
-static NEON_AI void tile_scales(const int kind, const kernels_bmat *m, size_t r, size_t b0, size_t b1,
-                                uint32_t sh[][TILE_ROWS])
-{
-    for (size_t i = 0; i < TILE_ROWS; i++) {
-        const uint8_t *s = m->s + (r + i) * m->srow;
-        for (size_t b = b0; b < b1; b++)
-            sh[b - b0][i] = kind == KERNELS_KIND_MXFP4
-                                ? (uint32_t)s[b] << 23
-                                : ((uint32_t)s[2 * b] | (uint32_t)s[2 * b + 1] << 8) << 16;
-    }
-}
-
 /* Rows [r, r + 4) times vectors [v0, v1) of a (v1 - v0 <= TILE_VECS). */
 static NEON_AI void tile4(const int kind, const kernels_bmat *m, size_t r, const kernels_act *a,
                           size_t v0, size_t v1, float *y, size_t ldy)
@@ -142,7 +130,8 @@ static NEON_AI void tile4(const int kind, const kernels_bmat *m, size_t r, const
         decode4(kind, m, r, b, W);
         if (kind != KERNELS_KIND_Q8) {
             if (b % SH_BLOCKS == 0)
-                tile_scales(kind, m, r, b, b + SH_BLOCKS < nb ? b + SH_BLOCKS : nb, sh);
+                kernels_tile_scales(kind, m, r, TILE_ROWS, b, b + SH_BLOCKS < nb ? b + SH_BLOCKS : nb,
+                                    sh[0]);
             c0 = vreinterpretq_f32_u32(vld1q_u32(sh[b % SH_BLOCKS]));
             if (kind == KERNELS_KIND_MXFP4)
                 c0 = vmulq_f32(c0, vdupq_n_f32(0.5f));
