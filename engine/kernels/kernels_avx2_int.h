@@ -11,8 +11,8 @@
 #include "engine/kernels/kernels_int.h"
 
 /* Doubled e2m1 values plus KERNELS_VNNI_BIAS, in both 128-bit lanes:
- * unsigned bytes for maddubs/dpbusd; the quantizer's per-lane bias terms
- * take the bias back out exactly. */
+ * unsigned bytes for maddubs/dpbusd; the quantizer's block start values
+ * (bsum) take the bias back out exactly. */
 static inline __m128i tab_biased128(void)
 {
     return _mm_setr_epi8(0 + KERNELS_VNNI_BIAS, 1 + KERNELS_VNNI_BIAS, 2 + KERNELS_VNNI_BIAS,
