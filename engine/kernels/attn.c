@@ -1,0 +1,582 @@
+/* attn.c — the attention family: dispatch, the MLA driver (superblocks
+ * split between threads, partial states folded in order), the KDA
+ * drivers, and the scalar reference of every per-ISA piece (the
+ * definition the SIMD variants are checked against; numerics in
+ * attn_int.h).
+ *
+ * MLA threads: a call's work is cut into tasks (token t, superblock k).  A
+ * wave of up to npart tasks runs as one region (threads take tasks from a
+ * counter), each task leaving its partial (m, l, C) in a slot; a second
+ * region folds each token's partials in k order into its running state
+ * (heads split between threads).  Waves go superblock-major over a group
+ * of tokens, so a chunk's tokens share each superblock's rows while they
+ * are in the caches; how tokens are grouped and waves cut changes nothing
+ * in the numbers (a token's fold is always k = 0, 1, 2, ... in order).
+ *
+ * Does not own the cache (the session appends rows), the projections
+ * around the attention, nor the KDA gates and norms.
+ */
+#include "engine/kernels/attn_int.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+const kernels_attn_ops *kernels_attn_ops_get(void)
+{
+    switch (kernels_get_isa()) {
+#if defined(__x86_64__)
+    case KERNELS_ISA_AVX2:       return &kernels_attn_ops_avx2;
+    case KERNELS_ISA_AVX512VNNI: return &kernels_attn_ops_avx512;
+#endif
+#if defined(__aarch64__)
+    case KERNELS_ISA_NEON:       return &kernels_attn_ops_neon;
+#endif
+    default:                     return &kernels_attn_ops_scalar;
+    }
+}
+
+/* ---- cache values ----------------------------------------------------------------- */
+
+size_t kernels_kv_size(kernels_kv_type t)
+{
+    switch (t) {
+    case KERNELS_KV_F32:  return 4;
+    case KERNELS_KV_BF16:
+    case KERNELS_KV_F16:  return 2;
+    default:              return 0;
+    }
+}
+
+void kernels_kv_store(kernels_kv_type t, const float *src, void *dst, size_t n)
+{
+    uint16_t *h = dst;
+    switch (t) {
+    case KERNELS_KV_F32:
+        memcpy(dst, src, n * sizeof *src);
+        break;
+    case KERNELS_KV_BF16:
+        for (size_t i = 0; i < n; i++)
+            h[i] = kernels_f32_bf16(src[i]);
+        break;
+    case KERNELS_KV_F16:
+        for (size_t i = 0; i < n; i++)
+            h[i] = kernels_f32_f16(src[i]);
+        break;
+    }
+}
+
+void kernels_kv_load(kernels_kv_type t, const void *src, float *dst, size_t n)
+{
+    const uint16_t *h = src;
+    switch (t) {
+    case KERNELS_KV_F32:
+        memcpy(dst, src, n * sizeof *dst);
+        break;
+    case KERNELS_KV_BF16:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = kernels_bf16_f32(h[i]);
+        break;
+    case KERNELS_KV_F16:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = kernels_f16_f32(h[i]);
+        break;
+    }
+}
+
+/* ---- MLA workspace ------------------------------------------------------------------ */
+
+/* Tokens whose queries and fold state a call holds at once. */
+#define MLA_GROUP 16
+/* Heads a fold unit takes. */
+#define MLA_FOLD_HEADS 8
+
+struct kernels_mla_ws {
+    size_t heads, kl, rope, D, hpmax, nmax, gmax, npart;
+    int nthreads;
+    float *qT;           /* [gmax][D][hpmax] transposed queries */
+    float *part;         /* [npart][pstride]: C [heads][kl], m [hpmax], l [hpmax] */
+    size_t pstride;
+    float *M, *L;        /* [gmax][hpmax] running fold state */
+    float *thr;          /* [nthreads][tstride]: buf, S, alpha */
+    size_t tstride;
+    size_t *task_t, *task_k;   /* [npart] the current wave */
+    size_t bytes;
+};
+
+static size_t round_up(size_t x, size_t m)
+{
+    return (x + m - 1) / m * m;
+}
+
+kernels_mla_ws *kernels_mla_ws_new(size_t heads, size_t kl, size_t rope, size_t nmax,
+                                   int nthreads)
+{
+    kernels_mla_ws *ws;
+
+    if (heads == 0 || kl == 0 || nmax == 0 || nthreads < 1 || nthreads > 256 ||
+        heads > 4096 || kl + rope > (1u << 20))
+        return NULL;
+    ws = calloc(1, sizeof *ws);
+    if (!ws)
+        return NULL;
+    ws->heads = heads;
+    ws->kl = kl;
+    ws->rope = rope;
+    ws->D = kl + rope;
+    ws->hpmax = round_up(heads, 16);   /* the widest ISA's lanes */
+    ws->nmax = nmax;
+    ws->gmax = nmax < MLA_GROUP ? nmax : MLA_GROUP;
+    ws->nthreads = nthreads;
+    ws->npart = (size_t)nthreads * 8 < 2 * MLA_GROUP ? 2 * MLA_GROUP : (size_t)nthreads * 8;
+    ws->pstride = round_up(heads * kl, 16) + 2 * ws->hpmax;
+    ws->tstride = round_up(KERNELS_MLA_BLOCK * ws->D, 16) + (KERNELS_MLA_BLOCK + 1) * ws->hpmax;
+    size_t nq = ws->gmax * ws->D * ws->hpmax, np = ws->npart * ws->pstride;
+    size_t nms = 2 * ws->gmax * ws->hpmax, nt = (size_t)nthreads * ws->tstride;
+    ws->bytes = (nq + np + nms + nt) * sizeof(float) + 2 * ws->npart * sizeof(size_t);
+    ws->qT = aligned_alloc(64, round_up(nq * sizeof(float), 64));
+    ws->part = aligned_alloc(64, round_up(np * sizeof(float), 64));
+    ws->M = calloc(nms, sizeof(float));
+    ws->thr = aligned_alloc(64, round_up(nt * sizeof(float), 64));
+    ws->task_t = calloc(2 * ws->npart, sizeof(size_t));
+    if (!ws->qT || !ws->part || !ws->M || !ws->thr || !ws->task_t) {
+        kernels_mla_ws_free(ws);
+        return NULL;
+    }
+    ws->L = ws->M + ws->gmax * ws->hpmax;
+    ws->task_k = ws->task_t + ws->npart;
+    /* the stage zero-fills rows it does not use; the rest must be finite once */
+    memset(ws->thr, 0, nt * sizeof(float));
+    return ws;
+}
+
+void kernels_mla_ws_free(kernels_mla_ws *ws)
+{
+    if (!ws)
+        return;
+    free(ws->qT);
+    free(ws->part);
+    free(ws->M);
+    free(ws->thr);
+    free(ws->task_t);
+    free(ws);
+}
+
+size_t kernels_mla_ws_bytes(const kernels_mla_ws *ws)
+{
+    return ws ? ws->bytes + sizeof *ws : 0;
+}
+
+/* ---- MLA driver -------------------------------------------------------------------- */
+
+struct mla_call {
+    const kernels_mla *a;
+    kernels_mla_ws *ws;
+    const kernels_attn_ops *ops;
+    size_t hp, t0, t1;        /* lanes used, the token group */
+    size_t ntask;             /* in the current wave */
+    _Atomic size_t next;
+};
+
+static size_t mla_len(const kernels_mla *a, size_t t)
+{
+    return a->pos0 + t + 1;
+}
+
+static size_t mla_nsuper(const kernels_mla *a, size_t t)
+{
+    return (mla_len(a, t) + KERNELS_MLA_SB - 1) / KERNELS_MLA_SB;
+}
+
+/* qT[g][l][h] = [qa_h | qx_h][l] for h < heads, 0 for the padding lanes. */
+static void mla_transpose(const struct mla_call *mc)
+{
+    const kernels_mla *a = mc->a;
+    const kernels_mla_ws *ws = mc->ws;
+    size_t H = a->heads, kl = a->kl, D = ws->D, hp = mc->hp;
+
+    for (size_t t = mc->t0; t < mc->t1; t++) {
+        float *q = ws->qT + (t - mc->t0) * D * hp;
+        for (size_t h = 0; h < H; h++) {
+            const float *qa = a->qa + (t * H + h) * kl;
+            const float *qx = a->qx + t * a->qx_tok + h * a->qx_head;
+            for (size_t l = 0; l < kl; l++)
+                q[l * hp + h] = qa[l];
+            for (size_t l = 0; l < a->rope; l++)
+                q[(kl + l) * hp + h] = qx[l];
+        }
+        for (size_t l = 0; l < D; l++)
+            for (size_t h = H; h < hp; h++)
+                q[l * hp + h] = 0;
+    }
+}
+
+/* One task: token task_t[i], superblock task_k[i], into slot i. */
+static void mla_super(const struct mla_call *mc, size_t i, int tid)
+{
+    const kernels_mla *a = mc->a;
+    const kernels_mla_ws *ws = mc->ws;
+    const kernels_attn_ops *ops = mc->ops;
+    size_t t = ws->task_t[i], k = ws->task_k[i], hp = mc->hp, H = a->heads, kl = a->kl;
+    size_t s0 = k * KERNELS_MLA_SB, s1 = s0 + KERNELS_MLA_SB, len = mla_len(a, t);
+    float *C = ws->part + i * ws->pstride, *m = C + round_up(H * kl, 16), *l = m + ws->hpmax;
+    float *buf = ws->thr + (size_t)tid * ws->tstride;
+    float *S = buf + round_up(KERNELS_MLA_BLOCK * ws->D, 16), *alpha = S + KERNELS_MLA_BLOCK * hp;
+    const float *qT = ws->qT + (t - mc->t0) * ws->D * hp;
+
+    if (s1 > len)
+        s1 = len;
+    for (size_t h = 0; h < hp; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0;
+    }
+    for (size_t b0 = s0; b0 < s1; b0 += KERNELS_MLA_BLOCK) {
+        size_t rows = s1 - b0 < KERNELS_MLA_BLOCK ? s1 - b0 : KERNELS_MLA_BLOCK;
+        kernels_attn_stage(ops, a->type, a->c, a->r, kl, a->rope, b0, rows, buf);
+        ops->scores(qT, hp, ws->D, buf, rows, a->scale, S);
+        ops->softmax(S, hp, rows, m, l, alpha);
+        /* the first block stores its sums: C = fmaf(0, 0, cb) = cb */
+        ops->ctx(S, hp, b0 == s0 ? NULL : alpha, buf, ws->D, rows, H, kl, C, kl);
+    }
+}
+
+static void mla_wave_task(void *ctx, int tid, int nthreads)
+{
+    struct mla_call *mc = ctx;
+    size_t i;
+
+    (void)nthreads;
+    while ((i = atomic_fetch_add_explicit(&mc->next, 1, memory_order_relaxed)) < mc->ntask)
+        mla_super(mc, i, tid);
+}
+
+/* Fold the wave's partials of token t, heads [h0, h1), in k order. */
+static void mla_fold_unit(const struct mla_call *mc, size_t t, size_t h0, size_t h1)
+{
+    const kernels_mla *a = mc->a;
+    const kernels_mla_ws *ws = mc->ws;
+    size_t kl = a->kl, g = t - mc->t0, last = mla_nsuper(a, t) - 1;
+    float *M = ws->M + g * ws->hpmax, *L = ws->L + g * ws->hpmax;
+
+    for (size_t i = 0; i < mc->ntask; i++) {
+        if (ws->task_t[i] != t)
+            continue;
+        const float *Ck = ws->part + i * ws->pstride, *mk = Ck + round_up(a->heads * kl, 16);
+        const float *lk = mk + ws->hpmax;
+        for (size_t h = h0; h < h1; h++) {
+            float *ctx = a->ctx + (t * a->heads + h) * kl;
+            if (ws->task_k[i] == 0) {
+                M[h] = mk[h];
+                L[h] = lk[h];
+                memcpy(ctx, Ck + h * kl, kl * sizeof *ctx);
+            } else {
+                float mn = kernels_attn_max(mk[h], M[h]);
+                float fa = kernels_attn_exp(M[h] - mn), fb = kernels_attn_exp(mk[h] - mn);
+                L[h] = fmaf(lk[h], fb, L[h] * fa);
+                mc->ops->fold(ctx, Ck + h * kl, fa, fb, kl);
+                M[h] = mn;
+            }
+            if (ws->task_k[i] == last)
+                mc->ops->scale(ctx, 1.0f / L[h], kl);
+        }
+    }
+}
+
+static void mla_fold_task(void *ctx, int tid, int nthreads)
+{
+    struct mla_call *mc = ctx;
+    size_t per = (mc->a->heads + MLA_FOLD_HEADS - 1) / MLA_FOLD_HEADS;
+    size_t units = (mc->t1 - mc->t0) * per, u;
+
+    (void)tid;
+    (void)nthreads;
+    while ((u = atomic_fetch_add_explicit(&mc->next, 1, memory_order_relaxed)) < units) {
+        size_t h0 = (u % per) * MLA_FOLD_HEADS, h1 = h0 + MLA_FOLD_HEADS;
+        mla_fold_unit(mc, mc->t0 + u / per, h0, h1 < mc->a->heads ? h1 : mc->a->heads);
+    }
+}
+
+static void mla_region(kernels_pool *pool, kernels_pool_fn fn, struct mla_call *mc, size_t units)
+{
+    atomic_store_explicit(&mc->next, 0, memory_order_relaxed);
+    if (units <= 1)
+        fn(mc, 0, 1);
+    else
+        kernels_pool_run_any(pool, fn, mc);
+}
+
+/* The waves of token group [t0, t1): superblock-major, at most npart tasks. */
+static void mla_group(kernels_pool *pool, struct mla_call *mc)
+{
+    const kernels_mla *a = mc->a;
+    kernels_mla_ws *ws = mc->ws;
+    size_t kmax = mla_nsuper(a, mc->t1 - 1), k = 0;
+    size_t per = (a->heads + MLA_FOLD_HEADS - 1) / MLA_FOLD_HEADS;
+
+    mla_transpose(mc);
+    while (k < kmax) {
+        mc->ntask = 0;
+        for (; k < kmax; k++) {
+            size_t first = mc->t0, cnt;
+            while (mla_nsuper(a, first) <= k)
+                first++;  /* tokens are in position order: later ones see more */
+            cnt = mc->t1 - first;
+            if (mc->ntask > 0 && mc->ntask + cnt > ws->npart)
+                break;
+            for (size_t t = first; t < mc->t1; t++) {
+                ws->task_t[mc->ntask] = t;
+                ws->task_k[mc->ntask++] = k;
+            }
+        }
+        mla_region(pool, mla_wave_task, mc, mc->ntask);
+        mla_region(pool, mla_fold_task, mc, (mc->t1 - mc->t0) * per);
+    }
+}
+
+int kernels_mla_attend(kernels_mla_ws *ws, kernels_pool *pool, const kernels_mla *a,
+                       shoal_err *err)
+{
+    struct mla_call mc = { .a = a, .ws = ws };
+
+    if (!ws || !a)
+        return shoal_err_set(err, SHOAL_EINVAL, "kernels: MLA call without workspace or arguments");
+    if (a->heads != ws->heads || a->kl != ws->kl || a->rope != ws->rope)
+        return shoal_err_set(err, SHOAL_EINVAL,
+                             "kernels: MLA call of %zu heads x (%zu + %zu), workspace made for "
+                             "%zu x (%zu + %zu)", a->heads, a->kl, a->rope, ws->heads, ws->kl,
+                             ws->rope);
+    if (a->n > ws->nmax || kernels_pool_nthreads(pool) > ws->nthreads)
+        return shoal_err_set(err, SHOAL_EINVAL,
+                             "kernels: MLA call of %zu tokens on %d threads, workspace holds "
+                             "%zu on %d", a->n, kernels_pool_nthreads(pool), ws->nmax,
+                             ws->nthreads);
+    if (kernels_kv_size(a->type) == 0)
+        return shoal_err_set(err, SHOAL_EINVAL, "kernels: unknown cache type %d", (int)a->type);
+    if (a->n == 0)
+        return 0;
+    if (!a->c || (a->rope && (!a->r || !a->qx)) || !a->qa || !a->ctx)
+        return shoal_err_set(err, SHOAL_EINVAL, "kernels: MLA call with a NULL array");
+    mc.ops = kernels_attn_ops_get();
+    mc.hp = round_up(a->heads, mc.ops->lanes);
+    for (size_t t0 = 0; t0 < a->n; t0 += ws->gmax) {
+        mc.t0 = t0;
+        mc.t1 = t0 + ws->gmax < a->n ? t0 + ws->gmax : a->n;
+        mla_group(pool, &mc);
+    }
+    return 0;
+}
+
+/* ---- KDA drivers ---------------------------------------------------------------------- */
+
+struct kda_call {
+    const kernels_kda *a;
+    const kernels_attn_ops *ops;
+    _Atomic size_t next;
+};
+
+static void kda_task(void *ctx, int tid, int nthreads)
+{
+    struct kda_call *kc = ctx;
+    const kernels_kda *a = kc->a;
+    size_t h, dk = a->dk, dv = a->dv;
+
+    (void)tid;
+    (void)nthreads;
+    while ((h = atomic_fetch_add_explicit(&kc->next, 1, memory_order_relaxed)) < a->heads)
+        kc->ops->kda_head(a->S + h * dk * dv, dk, dv, a->n, a->q + h * dk, a->k + h * dk,
+                          a->alpha + h * dk, a->heads * dk, a->v + h * dv, a->heads * dv,
+                          a->beta + h, a->heads, a->o + h * dv);
+}
+
+int kernels_kda_step(kernels_pool *pool, const kernels_kda *a, shoal_err *err)
+{
+    struct kda_call kc = { .a = a };
+
+    if (!a || a->heads == 0 || a->dk == 0 || a->dv == 0)
+        return shoal_err_set(err, SHOAL_EINVAL, "kernels: KDA step with a zero size");
+    if (a->n == 0)
+        return 0;
+    if (!a->S || !a->q || !a->k || !a->alpha || !a->v || !a->beta || !a->o)
+        return shoal_err_set(err, SHOAL_EINVAL, "kernels: KDA step with a NULL array");
+    kc.ops = kernels_attn_ops_get();
+    atomic_init(&kc.next, 0);
+    if (a->heads == 1)
+        kda_task(&kc, 0, 1);
+    else
+        kernels_pool_run_any(pool, kda_task, &kc);
+    return 0;
+}
+
+/* Channels a conv task takes (a multiple of every ISA's lanes). */
+#define CONV_CHUNK 1024
+
+struct conv_call {
+    const kernels_attn_ops *ops;
+    float *x;
+    const float *taps;
+    float *win;
+    size_t n, p, kw;
+    _Atomic size_t next;
+};
+
+static void conv_task(void *ctx, int tid, int nthreads)
+{
+    struct conv_call *cc = ctx;
+    size_t c0;
+
+    (void)tid;
+    (void)nthreads;
+    while ((c0 = atomic_fetch_add_explicit(&cc->next, CONV_CHUNK, memory_order_relaxed)) < cc->p)
+        cc->ops->kda_conv(cc->x, cc->n, cc->p, c0, c0 + CONV_CHUNK < cc->p ? c0 + CONV_CHUNK : cc->p,
+                          cc->kw, cc->taps, cc->win);
+}
+
+void kernels_kda_conv(kernels_pool *pool, float *x, size_t n, size_t p, size_t kw,
+                      const float *taps, float *win)
+{
+    struct conv_call cc = { kernels_attn_ops_get(), x, taps, win, n, p, kw, 0 };
+
+    if (n == 0 || p == 0 || kw == 0)
+        return;
+    if (p <= CONV_CHUNK)
+        conv_task(&cc, 0, 1);
+    else
+        kernels_pool_run_any(pool, conv_task, &cc);
+}
+
+void kernels_kda_conv_taps(const float *src, size_t p, size_t kw, float *dst)
+{
+    for (size_t ch = 0; ch < p; ch++)
+        for (size_t j = 0; j < kw; j++)
+            dst[j * p + ch] = src[ch * kw + j];
+}
+
+/* ---- the scalar reference --------------------------------------------------------------- */
+
+void kernels_attn_stage(const kernels_attn_ops *ops, kernels_kv_type t, const void *c,
+                        const void *r, size_t kl, size_t rope, size_t s0, size_t nrows,
+                        float *buf)
+{
+    size_t D = kl + rope, es = kernels_kv_size(t);
+
+    for (size_t i = 0; i < nrows; i++) {
+        ops->widen(t, (const char *)c + (s0 + i) * kl * es, buf + i * D, kl);
+        if (rope)
+            ops->widen(t, (const char *)r + (s0 + i) * rope * es, buf + i * D + kl, rope);
+    }
+    if (nrows < KERNELS_MLA_BLOCK)
+        memset(buf + nrows * D, 0, (KERNELS_MLA_BLOCK - nrows) * D * sizeof *buf);
+}
+
+static void scalar_scores(const float *qT, size_t hp, size_t D, const float *buf, size_t rows,
+                          float scale, float *S)
+{
+    for (size_t i = 0; i < rows; i++)
+        for (size_t h = 0; h < hp; h++) {
+            float P[KERNELS_MLA_SEGS];
+            for (size_t j = 0; j < KERNELS_MLA_SEGS; j++) {
+                float acc = 0;
+                for (size_t l = kernels_mla_seg(D, j); l < kernels_mla_seg(D, j + 1); l++)
+                    acc = fmaf(qT[l * hp + h], buf[i * D + l], acc);
+                P[j] = acc;
+            }
+            for (size_t w = 1; w < KERNELS_MLA_SEGS; w *= 2)
+                for (size_t j = 0; j < KERNELS_MLA_SEGS; j += 2 * w)
+                    P[j] = P[j] + P[j + w];
+            S[i * hp + h] = P[0] * scale;
+        }
+}
+
+static void scalar_softmax(float *S, size_t hp, size_t rows, float *m, float *l, float *alpha)
+{
+    for (size_t h = 0; h < hp; h++) {
+        float bm = S[h], lb = 0;
+        for (size_t i = 1; i < rows; i++)
+            bm = kernels_attn_max(S[i * hp + h], bm);
+        float mn = kernels_attn_max(bm, m[h]);
+        alpha[h] = kernels_attn_exp(m[h] - mn);
+        for (size_t i = 0; i < rows; i++) {
+            float p = kernels_attn_exp(S[i * hp + h] - mn);
+            S[i * hp + h] = p;
+            lb = lb + p;
+        }
+        l[h] = fmaf(l[h], alpha[h], lb);
+        m[h] = mn;
+    }
+}
+
+void kernels_attn_ctx_scalar(const float *S, size_t hp, const float *alpha, const float *V,
+                             size_t ldv, size_t rows, size_t nh, size_t dim, float *C,
+                             size_t ldc)
+{
+    for (size_t h = 0; h < nh; h++)
+        for (size_t j = 0; j < dim; j++) {
+            float acc = 0;
+            for (size_t i = 0; i < rows; i++)
+                acc = fmaf(S[i * hp + h], V[i * ldv + j], acc);
+            C[h * ldc + j] = alpha ? fmaf(C[h * ldc + j], alpha[h], acc) : acc;
+        }
+}
+
+static void scalar_fold(float *C, const float *Ck, float a, float b, size_t n)
+{
+    for (size_t j = 0; j < n; j++)
+        C[j] = fmaf(Ck[j], b, C[j] * a);
+}
+
+static void scalar_scale(float *x, float s, size_t n)
+{
+    for (size_t j = 0; j < n; j++)
+        x[j] *= s;
+}
+
+/* Column by column: column j of S only meets column j of u and o. */
+void kernels_attn_kda_scalar(float *S, size_t dk, size_t dv, size_t j0, size_t j1, size_t n,
+                             const float *q, const float *k, const float *alpha, size_t qs,
+                             const float *v, size_t vs, const float *beta, size_t bs, float *o)
+{
+    for (size_t j = j0; j < j1; j++)
+        for (size_t t = 0; t < n; t++) {
+            const float *qt = q + t * qs, *kt = k + t * qs, *at = alpha + t * qs;
+            float tmp = 0, acc = 0, u;
+            for (size_t r = 0; r < dk; r++) {
+                S[r * dv + j] = S[r * dv + j] * at[r];
+                tmp = fmaf(kt[r], S[r * dv + j], tmp);
+            }
+            u = v[t * vs + j] - tmp;
+            for (size_t r = 0; r < dk; r++) {
+                float bk = beta[t * bs] * kt[r];
+                S[r * dv + j] = fmaf(bk, u, S[r * dv + j]);
+                acc = fmaf(qt[r], S[r * dv + j], acc);
+            }
+            o[t * vs + j] = acc;
+        }
+}
+
+static void scalar_kda_head(float *S, size_t dk, size_t dv, size_t n, const float *q,
+                            const float *k, const float *alpha, size_t qs, const float *v,
+                            size_t vs, const float *beta, size_t bs, float *o)
+{
+    kernels_attn_kda_scalar(S, dk, dv, 0, dv, n, q, k, alpha, qs, v, vs, beta, bs, o);
+}
+
+void kernels_attn_conv_scalar(float *x, size_t n, size_t p, size_t c0, size_t c1, size_t kw,
+                              const float *taps, float *win)
+{
+    for (size_t t = 0; t < n; t++)
+        for (size_t ch = c0; ch < c1; ch++) {
+            float in = x[t * p + ch], y = 0;
+            for (size_t j = 0; j + 1 < kw; j++)
+                y = fmaf(taps[j * p + ch], win[j * p + ch], y);
+            y = fmaf(taps[(kw - 1) * p + ch], in, y);
+            for (size_t j = 0; j + 2 < kw; j++)
+                win[j * p + ch] = win[(j + 1) * p + ch];
+            if (kw > 1)
+                win[(kw - 2) * p + ch] = in;
+            x[t * p + ch] = kernels_attn_silu(y);
+        }
+}
+
+const kernels_attn_ops kernels_attn_ops_scalar = {
+    1, kernels_kv_load, scalar_scores, scalar_softmax, kernels_attn_ctx_scalar, scalar_fold,
+    scalar_scale, scalar_kda_head, kernels_attn_conv_scalar
+};
