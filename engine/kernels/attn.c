@@ -93,7 +93,7 @@ void kernels_kv_load(kernels_kv_type t, const void *src, float *dst, size_t n)
 struct kernels_mla_ws {
     size_t heads, kl, rope, D, hpmax, nmax, gmax, npart;
     int nthreads;
-    float *qT;           /* [gmax][D][hpmax] transposed queries */
+    float *qT;           /* [gmax][D * hpmax] transposed queries (kernels_mla_qt) */
     float *part;         /* [npart][pstride]: C [heads][kl], m [hpmax], l [hpmax] */
     size_t pstride;
     float *M, *L;        /* [gmax][hpmax] running fold state */
@@ -130,6 +130,7 @@ kernels_mla_ws *kernels_mla_ws_new(size_t heads, size_t kl, size_t rope, size_t 
     ws->npart = (size_t)nthreads * 8 < 2 * MLA_GROUP ? 2 * MLA_GROUP : (size_t)nthreads * 8;
     ws->pstride = round_up(heads * kl, 16) + 2 * ws->hpmax;
     ws->tstride = round_up(KERNELS_MLA_BLOCK * ws->D, 16) + (KERNELS_MLA_BLOCK + 1) * ws->hpmax;
+    /* buf: a half-precision block widened, [BLOCK][kl] then [BLOCK][rope] */
     size_t nq = ws->gmax * ws->D * ws->hpmax, np = ws->npart * ws->pstride;
     size_t nms = 2 * ws->gmax * ws->hpmax, nt = (size_t)nthreads * ws->tstride;
     ws->bytes = (nq + np + nms + nt) * sizeof(float) + 2 * ws->npart * sizeof(size_t);
@@ -144,7 +145,6 @@ kernels_mla_ws *kernels_mla_ws_new(size_t heads, size_t kl, size_t rope, size_t 
     }
     ws->L = ws->M + ws->gmax * ws->hpmax;
     ws->task_k = ws->task_t + ws->npart;
-    /* the stage zero-fills rows it does not use; the rest must be finite once */
     memset(ws->thr, 0, nt * sizeof(float));
     return ws;
 }
@@ -187,27 +187,45 @@ static size_t mla_nsuper(const kernels_mla *a, size_t t)
     return (mla_len(a, t) + KERNELS_MLA_SB - 1) / KERNELS_MLA_SB;
 }
 
-/* qT[g][l][h] = [qa_h | qx_h][l] for h < heads, 0 for the padding lanes. */
+/* q^T of the group's tokens: lane h of column l = [qa_h | qx_h][l] for
+ * h < heads, 0 for the padding lanes. */
 static void mla_transpose(const struct mla_call *mc)
 {
     const kernels_mla *a = mc->a;
     const kernels_mla_ws *ws = mc->ws;
-    size_t H = a->heads, kl = a->kl, D = ws->D, hp = mc->hp;
+    size_t H = a->heads, kl = a->kl, D = ws->D, hp = mc->hp, qt = mc->ops->qtile;
 
     for (size_t t = mc->t0; t < mc->t1; t++) {
         float *q = ws->qT + (t - mc->t0) * D * hp;
-        for (size_t h = 0; h < H; h++) {
+        for (size_t h = 0; h < hp; h++) {
             const float *qa = a->qa + (t * H + h) * kl;
             const float *qx = a->qx + t * a->qx_tok + h * a->qx_head;
-            for (size_t l = 0; l < kl; l++)
-                q[l * hp + h] = qa[l];
-            for (size_t l = 0; l < a->rope; l++)
-                q[(kl + l) * hp + h] = qx[l];
+            for (size_t l = 0; l < D; l++)
+                q[kernels_mla_qt(hp, qt, D, l, h)] = h >= H ? 0 : l < kl ? qa[l] : qx[l - kl];
         }
-        for (size_t l = 0; l < D; l++)
-            for (size_t h = H; h < hp; h++)
-                q[l * hp + h] = 0;
     }
+}
+
+/* The rows of block [b0, b0 + rows): read in place (f32) or widened into
+ * buf; the next `next` rows are what the kernels prefetch meanwhile. */
+static kernels_attn_rows mla_block(const kernels_mla *a, const kernels_attn_ops *ops, size_t b0,
+                                   size_t rows, size_t next, float *buf)
+{
+    size_t kl = a->kl, rope = a->rope, es = kernels_kv_size(a->type);
+    const char *c = (const char *)a->c + b0 * kl * es, *r = (const char *)a->r + b0 * rope * es;
+    kernels_attn_rows b = { (const float *)c, (const float *)r, kl, kl, rope, rope, rows,
+                            { c + rows * kl * es, r + rows * rope * es },
+                            { next * kl * es, next * rope * es } };
+
+    if (a->type != KERNELS_KV_F32) {
+        ops->widen(a->type, c, buf, rows * kl);
+        ops->widen(a->type, r, buf + KERNELS_MLA_BLOCK * kl, rows * rope);
+        b.c = buf;
+        b.r = buf + KERNELS_MLA_BLOCK * kl;
+    }
+    if (!rope)
+        b.r = b.c;  /* never read; keeps every pointer valid */
+    return b;
 }
 
 /* One task: token task_t[i], superblock task_k[i], into slot i. */
@@ -231,11 +249,12 @@ static void mla_super(const struct mla_call *mc, size_t i, int tid)
     }
     for (size_t b0 = s0; b0 < s1; b0 += KERNELS_MLA_BLOCK) {
         size_t rows = s1 - b0 < KERNELS_MLA_BLOCK ? s1 - b0 : KERNELS_MLA_BLOCK;
-        kernels_attn_stage(ops, a->type, a->c, a->r, kl, a->rope, b0, rows, buf);
-        ops->scores(qT, hp, ws->D, buf, rows, a->scale, S);
+        size_t nb = b0 + rows, next = len - nb < KERNELS_MLA_BLOCK ? len - nb : KERNELS_MLA_BLOCK;
+        kernels_attn_rows b = mla_block(a, ops, b0, rows, next, buf);
+        ops->scores(qT, hp, &b, a->scale, S);
         ops->softmax(S, hp, rows, m, l, alpha);
         /* the first block stores its sums: C = fmaf(0, 0, cb) = cb */
-        ops->ctx(S, hp, b0 == s0 ? NULL : alpha, buf, ws->D, rows, H, kl, C, kl);
+        ops->ctx(S, hp, b0 == s0 ? NULL : alpha, b.c, b.ldc, rows, H, kl, C, kl);
     }
 }
 
@@ -452,31 +471,19 @@ void kernels_kda_conv_taps(const float *src, size_t p, size_t kw, float *dst)
 
 /* ---- the scalar reference --------------------------------------------------------------- */
 
-void kernels_attn_stage(const kernels_attn_ops *ops, kernels_kv_type t, const void *c,
-                        const void *r, size_t kl, size_t rope, size_t s0, size_t nrows,
-                        float *buf)
+static void scalar_scores(const float *qT, size_t hp, const kernels_attn_rows *b, float scale,
+                          float *S)
 {
-    size_t D = kl + rope, es = kernels_kv_size(t);
+    size_t kl = b->kl, D = kl + b->rope;
 
-    for (size_t i = 0; i < nrows; i++) {
-        ops->widen(t, (const char *)c + (s0 + i) * kl * es, buf + i * D, kl);
-        if (rope)
-            ops->widen(t, (const char *)r + (s0 + i) * rope * es, buf + i * D + kl, rope);
-    }
-    if (nrows < KERNELS_MLA_BLOCK)
-        memset(buf + nrows * D, 0, (KERNELS_MLA_BLOCK - nrows) * D * sizeof *buf);
-}
-
-static void scalar_scores(const float *qT, size_t hp, size_t D, const float *buf, size_t rows,
-                          float scale, float *S)
-{
-    for (size_t i = 0; i < rows; i++)
+    for (size_t i = 0; i < b->rows; i++)
         for (size_t h = 0; h < hp; h++) {
+            const float *c = b->c + i * b->ldc, *r = b->r + i * b->ldr;
             float P[KERNELS_MLA_SEGS];
             for (size_t j = 0; j < KERNELS_MLA_SEGS; j++) {
                 float acc = 0;
                 for (size_t l = kernels_mla_seg(D, j); l < kernels_mla_seg(D, j + 1); l++)
-                    acc = fmaf(qT[l * hp + h], buf[i * D + l], acc);
+                    acc = fmaf(qT[h * D + l], l < kl ? c[l] : r[l - kl], acc);
                 P[j] = acc;
             }
             for (size_t w = 1; w < KERNELS_MLA_SEGS; w *= 2)
@@ -577,6 +584,6 @@ void kernels_attn_conv_scalar(float *x, size_t n, size_t p, size_t c0, size_t c1
 }
 
 const kernels_attn_ops kernels_attn_ops_scalar = {
-    1, kernels_kv_load, scalar_scores, scalar_softmax, kernels_attn_ctx_scalar, scalar_fold,
+    1, 1, kernels_kv_load, scalar_scores, scalar_softmax, kernels_attn_ctx_scalar, scalar_fold,
     scalar_scale, scalar_kda_head, kernels_attn_conv_scalar
 };

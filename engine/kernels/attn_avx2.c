@@ -59,32 +59,51 @@ static void widen(kernels_kv_type t, const void *src, float *dst, size_t n)
         kernels_kv_load(t, h + i, dst + i, n - i);
 }
 
-/* Scores of 4 rows x nz*8 heads (step 1). */
-AI void score_tile(const float *qT, size_t hp, size_t D, const float *rows, float scale,
-                   float *S, const int nz)
+#define PF_L2(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
+
+/* One query column of a tile: acc[i][z] += q[z] * rows[i][off]. */
+AI void score_col(const float *q, const float *const *rows, size_t off, __m256 acc[4][3],
+                  const int nz)
 {
+    __m256 qv[3];
+#pragma GCC unroll 3
+    for (int z = 0; z < nz; z++)
+        qv[z] = _mm256_loadu_ps(q + 8 * (size_t)z);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        __m256 b = _mm256_broadcast_ss(rows[i] + off);
+#pragma GCC unroll 3
+        for (int z = 0; z < nz; z++)
+            acc[i][z] = _mm256_fmadd_ps(qv[z], b, acc[i][z]);
+    }
+}
+
+/* Scores of rows i0..i0+3 x nz*8 heads (step 1); qT: the tile's [D][8*nz]. */
+AI void score_tile(const float *qT, const kernels_attn_rows *b, size_t i0, float scale, float *S,
+                   size_t hp, kernels_attn_rows *pf, size_t rate, const int nz)
+{
+    const size_t kl = b->kl, D = kl + b->rope, W = 8 * (size_t)nz;
+    const float *rc[4], *rr[4];
     __m256 acc[4][3], st[KERNELS_MLA_TREE][4][3];
 
+    for (size_t i = 0; i < 4; i++) {
+        size_t idx = i0 + i < b->rows ? i0 + i : b->rows - 1;
+        rc[i] = b->c + idx * b->ldc;
+        rr[i] = b->r + idx * b->ldr;
+    }
     for (size_t j = 0; j < KERNELS_MLA_SEGS; j++) {
         size_t lo = kernels_mla_seg(D, j), hi = kernels_mla_seg(D, j + 1);
+        size_t mid = hi < kl ? hi : kl, l;
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
 #pragma GCC unroll 3
             for (int z = 0; z < nz; z++)
                 acc[i][z] = _mm256_setzero_ps();
-        for (size_t l = lo; l < hi; l++) {
-            __m256 q[3];
-#pragma GCC unroll 3
-            for (int z = 0; z < nz; z++)
-                q[z] = _mm256_loadu_ps(qT + l * hp + 8 * (size_t)z);
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) {
-                __m256 b = _mm256_broadcast_ss(rows + (size_t)i * D + l);
-#pragma GCC unroll 3
-                for (int z = 0; z < nz; z++)
-                    acc[i][z] = _mm256_fmadd_ps(q[z], b, acc[i][z]);
-            }
-        }
+        for (l = lo; l < mid; l++)
+            score_col(qT + l * W, rc, l, acc, nz);
+        for (l = lo > kl ? lo : kl; l < hi; l++)
+            score_col(qT + l * W, rr, l - kl, acc, nz);
+        KERNELS_ATTN_PF(pf, rate, PF_L2);
         for (int lvl = 0; lvl < KERNELS_MLA_TREE; lvl++) {
             int right = (int)(j >> lvl) & 1;
 #pragma GCC unroll 4
@@ -108,19 +127,21 @@ AI void score_tile(const float *qT, size_t hp, size_t D, const float *rows, floa
             _mm256_storeu_ps(S + (size_t)i * hp + 8 * (size_t)z, _mm256_mul_ps(acc[i][z], sc));
 }
 
-static void avx2_scores(const float *qT, size_t hp, size_t D, const float *buf, size_t rows,
-                        float scale, float *S)
+static void avx2_scores(const float *qT, size_t hp, const kernels_attn_rows *b, float scale,
+                        float *S)
 {
-    size_t hz = hp / 8;
+    size_t hz = hp / 8, D = b->kl + b->rope;
+    kernels_attn_rows pf = *b;
+    size_t rate = kernels_attn_pf_rate(b, (b->rows + 3) / 4 * ((hz + 2) / 3) * KERNELS_MLA_SEGS);
 
-    for (size_t i0 = 0; i0 < rows; i0 += 4)
+    for (size_t i0 = 0; i0 < b->rows; i0 += 4)
         for (size_t z0 = 0; z0 < hz; z0 += 3) {
-            const float *q = qT + 8 * z0, *b = buf + i0 * D;
+            const float *q = qT + 8 * z0 * D;
             float *s = S + i0 * hp + 8 * z0;
             switch (hz - z0 < 3 ? hz - z0 : 3) {
-            case 3:  score_tile(q, hp, D, b, scale, s, 3); break;
-            case 2:  score_tile(q, hp, D, b, scale, s, 2); break;
-            default: score_tile(q, hp, D, b, scale, s, 1); break;
+            case 3:  score_tile(q, b, i0, scale, s, hp, &pf, rate, 3); break;
+            case 2:  score_tile(q, b, i0, scale, s, hp, &pf, rate, 2); break;
+            default: score_tile(q, b, i0, scale, s, hp, &pf, rate, 1); break;
             }
         }
 }
@@ -313,7 +334,7 @@ static void avx2_kda_conv(float *x, size_t n, size_t p, size_t c0, size_t c1, si
 }
 
 const kernels_attn_ops kernels_attn_ops_avx2 = {
-    8, widen, avx2_scores, avx2_softmax, avx2_ctx, avx2_fold, avx2_scale, avx2_kda_head,
+    8, 24, widen, avx2_scores, avx2_softmax, avx2_ctx, avx2_fold, avx2_scale, avx2_kda_head,
     avx2_kda_conv
 };
 

@@ -184,17 +184,51 @@ static inline uint16_t kernels_f32_f16(float f)
 
 /* ---- the per-ISA table ------------------------------------------------------------ */
 
+/* A block of rows for the score kernel: row i (i < rows) is
+ * [c + i*ldc, kl floats | r + i*ldr, rope floats].  Kernels that take
+ * rows in tiles read rows past `rows` as the last row (results dropped).
+ * pf: byte ranges (the next block's rows) the kernel prefetches into L2
+ * meanwhile, spread over its work, so no block starts on cold lines. */
+typedef struct kernels_attn_rows {
+    const float *c, *r;
+    size_t ldc, kl, ldr, rope, rows;
+    const char *pf[2];
+    size_t pfn[2];
+} kernels_attn_rows;
+
+/* Issue up to `lines` prefetches from the ranges of pf, advancing them;
+ * FETCH(p) is the ISA's prefetch of the line at p. */
+#define KERNELS_ATTN_PF(pf, lines, FETCH)                                          \
+    do {                                                                           \
+        for (size_t k_ = 0; k_ < (lines); k_++) {                                  \
+            int r_ = (pf)->pfn[0] ? 0 : 1;                                         \
+            if (!(pf)->pfn[r_])                                                    \
+                break;                                                             \
+            FETCH((pf)->pf[r_]);                                                   \
+            size_t s_ = (pf)->pfn[r_] < 64 ? (pf)->pfn[r_] : 64;                   \
+            (pf)->pf[r_] += s_;                                                    \
+            (pf)->pfn[r_] -= s_;                                                   \
+        }                                                                          \
+    } while (0)
+
+/* Prefetches per segment step so that pf is done after `steps` steps. */
+static inline size_t kernels_attn_pf_rate(const kernels_attn_rows *b, size_t steps)
+{
+    size_t lines = (b->pfn[0] + 63) / 64 + (b->pfn[1] + 63) / 64 + 2;
+    return (lines + steps - 1) / steps;
+}
+
 typedef struct kernels_attn_ops {
     /* score rows are padded to a multiple of this many lanes (heads, or
-     * tokens in the expanded form) */
-    size_t lanes;
+     * tokens in the expanded form); q^T is stored in tiles of qtile
+     * lanes (a multiple of lanes; see kernels_mla_qt) */
+    size_t lanes, qtile;
     /* dst [n] = src [n] of type t widened to f32 (exact) */
     void (*widen)(kernels_kv_type t, const void *src, float *dst, size_t n);
-    /* S[i][h] = step 1 for i < rows (rows <= BLOCK), h < hp (hp a multiple
-     * of lanes): q^T in qT [D][hp], row i at buf + i*D (rows up to BLOCK
-     * may be read: the stage zeroes them).  S has BLOCK rows. */
-    void (*scores)(const float *qT, size_t hp, size_t D, const float *buf, size_t rows,
-                   float scale, float *S);
+    /* S[i][h] = step 1 for i < b->rows (<= BLOCK), h < hp (hp a multiple
+     * of lanes): q^T in qT as kernels_mla_qt lays it out (D = kl + rope).
+     * S has BLOCK rows of hp. */
+    void (*scores)(const float *qT, size_t hp, const kernels_attn_rows *b, float scale, float *S);
     /* step 2's softmax part for h < hp: S becomes p, m and l advance,
      * alpha[h] the factor for the context */
     void (*softmax)(float *S, size_t hp, size_t rows, float *m, float *l, float *alpha);
@@ -231,17 +265,20 @@ extern const kernels_attn_ops kernels_attn_ops_neon;
 /* The table for the ISA chosen now. */
 const kernels_attn_ops *kernels_attn_ops_get(void);
 
+/* Where q^T keeps lane h of query column l: tiles of qtile lanes (the
+ * last one narrower), each tile [D][its width], so a kernel's tile of
+ * heads streams one contiguous slice.  qtile 1 is the plain [hp][D]. */
+static inline size_t kernels_mla_qt(size_t hp, size_t qtile, size_t D, size_t l, size_t h)
+{
+    size_t g = h / qtile, w = hp - g * qtile < qtile ? hp - g * qtile : qtile;
+    return g * qtile * D + l * w + (h - g * qtile);
+}
+
 /* Segment j of a D-long score (step 1). */
 static inline size_t kernels_mla_seg(size_t D, size_t j)
 {
     return j * D / KERNELS_MLA_SEGS;
 }
-
-/* buf [BLOCK][D] = rows s0..s0+nrows-1 of c [.][kl] and r [.][rope]
- * (D = kl + rope) widened by ops->widen; rows nrows..BLOCK-1 zeroed. */
-void kernels_attn_stage(const kernels_attn_ops *ops, kernels_kv_type t, const void *c,
-                        const void *r, size_t kl, size_t rope, size_t s0, size_t nrows,
-                        float *buf);
 
 /* Scalar pieces the SIMD tables reuse for their tails: ops->ctx, the KDA
  * step of columns [j0, j1), the conv of channels [c0, c1). */

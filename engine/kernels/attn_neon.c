@@ -7,6 +7,8 @@
  * MLA scores: 4 heads per register, a tile of 4 positions x 16 heads (16
  * accumulators); four query columns at a time when the segment allows,
  * each row's four values loaded once and used by lane (vfmaq_laneq).
+ * Heads past the last multiple of 16 go 4 at a time (the narrower last
+ * q^T tile).
  * Context: 4 columns per register, 6 heads x 16 columns (24
  * accumulators), p taken by lane from two loads.
  */
@@ -69,46 +71,69 @@ static void widen(kernels_kv_type t, const void *src, float *dst, size_t n)
         kernels_kv_load(t, h + i, dst + i, n - i);
 }
 
-/* Scores of 4 rows x 16 heads (step 1). */
-static void score_tile(const float *qT, size_t hp, size_t D, const float *rows, float scale,
-                       float *S)
-{
-    float32x4_t acc[4][4], st[KERNELS_MLA_TREE][4][4];
+#define PF_L2(p) __builtin_prefetch((p), 0, 2)
 
-    for (size_t j = 0; j < KERNELS_MLA_SEGS; j++) {
-        size_t l = kernels_mla_seg(D, j), hi = kernels_mla_seg(D, j + 1);
+/* Query columns [l0, l1) of a tile of 4 rows x 4*nz heads (q^T rows of w
+ * floats): acc[i][z] += q[l][z] * rows[i][l - base]; four columns at a
+ * time by lane when they are there. */
+static inline __attribute__((always_inline)) void
+score_cols(const float *qT, size_t w, const float *const *rows, size_t base, size_t l0, size_t l1,
+           float32x4_t acc[4][4], const int nz)
+{
+    size_t l = l0;
+    for (; l + 4 <= l1; l += 4) {
+        float32x4_t c[4];
         for (int i = 0; i < 4; i++)
-            for (int z = 0; z < 4; z++)
-                acc[i][z] = vdupq_n_f32(0);
-        for (; l + 4 <= hi; l += 4) {
-            float32x4_t c[4];
-            for (int i = 0; i < 4; i++)
-                c[i] = vld1q_f32(rows + (size_t)i * D + l);
+            c[i] = vld1q_f32(rows[i] + (l - base));
 #define LANE(u)                                                              \
     do {                                                                     \
         float32x4_t q[4];                                                    \
-        for (int z = 0; z < 4; z++)                                          \
-            q[z] = vld1q_f32(qT + (l + (u)) * hp + 4 * (size_t)z);           \
+        for (int z = 0; z < nz; z++)                                         \
+            q[z] = vld1q_f32(qT + (l + (u)) * w + 4 * (size_t)z);            \
         for (int i = 0; i < 4; i++)                                          \
-            for (int z = 0; z < 4; z++)                                      \
+            for (int z = 0; z < nz; z++)                                     \
                 acc[i][z] = vfmaq_laneq_f32(acc[i][z], q[z], c[i], (u));     \
     } while (0)
-            LANE(0);
-            LANE(1);
-            LANE(2);
-            LANE(3);
+        LANE(0);
+        LANE(1);
+        LANE(2);
+        LANE(3);
 #undef LANE
+    }
+    for (; l < l1; l++)
+        for (int z = 0; z < nz; z++) {
+            float32x4_t q = vld1q_f32(qT + l * w + 4 * (size_t)z);
+            for (int i = 0; i < 4; i++)
+                acc[i][z] = vfmaq_n_f32(acc[i][z], q, rows[i][l - base]);
         }
-        for (; l < hi; l++)
-            for (int z = 0; z < 4; z++) {
-                float32x4_t q = vld1q_f32(qT + l * hp + 4 * (size_t)z);
-                for (int i = 0; i < 4; i++)
-                    acc[i][z] = vfmaq_n_f32(acc[i][z], q, rows[(size_t)i * D + l]);
-            }
+}
+
+/* Scores of rows i0..i0+3 x 4*nz heads (step 1); qT: the tile's [D][w]. */
+static inline __attribute__((always_inline)) void
+score_tile(const float *qT, size_t w, const kernels_attn_rows *b, size_t i0, float scale,
+           float *S, size_t hp, kernels_attn_rows *pf, size_t rate, const int nz)
+{
+    const size_t kl = b->kl, D = kl + b->rope;
+    const float *rc[4], *rr[4];
+    float32x4_t acc[4][4], st[KERNELS_MLA_TREE][4][4];
+
+    for (size_t i = 0; i < 4; i++) {
+        size_t idx = i0 + i < b->rows ? i0 + i : b->rows - 1;
+        rc[i] = b->c + idx * b->ldc;
+        rr[i] = b->r + idx * b->ldr;
+    }
+    for (size_t j = 0; j < KERNELS_MLA_SEGS; j++) {
+        size_t lo = kernels_mla_seg(D, j), hi = kernels_mla_seg(D, j + 1);
+        for (int i = 0; i < 4; i++)
+            for (int z = 0; z < nz; z++)
+                acc[i][z] = vdupq_n_f32(0);
+        score_cols(qT, w, rc, 0, lo, hi < kl ? hi : kl, acc, nz);
+        score_cols(qT, w, rr, kl, lo > kl ? lo : kl, hi, acc, nz);
+        KERNELS_ATTN_PF(pf, rate, PF_L2);
         for (int lvl = 0; lvl < KERNELS_MLA_TREE; lvl++) {
             int right = (int)(j >> lvl) & 1;
             for (int i = 0; i < 4; i++)
-                for (int z = 0; z < 4; z++) {
+                for (int z = 0; z < nz; z++) {
                     if (right)
                         acc[i][z] = vaddq_f32(st[lvl][i][z], acc[i][z]);
                     else
@@ -119,50 +144,24 @@ static void score_tile(const float *qT, size_t hp, size_t D, const float *rows, 
         }
     }
     for (int i = 0; i < 4; i++)
-        for (int z = 0; z < 4; z++)
+        for (int z = 0; z < nz; z++)
             vst1q_f32(S + (size_t)i * hp + 4 * (size_t)z, vmulq_n_f32(acc[i][z], scale));
 }
 
-/* The same for 4 rows x 4 heads (heads past the last multiple of 16). */
-static void score_tile4(const float *qT, size_t hp, size_t D, const float *rows, float scale,
+static void neon_scores(const float *qT, size_t hp, const kernels_attn_rows *b, float scale,
                         float *S)
 {
-    float32x4_t acc[4], st[KERNELS_MLA_TREE][4];
+    size_t h16 = hp / 16 * 16, D = b->kl + b->rope;
+    kernels_attn_rows pf = *b;
+    size_t steps = (b->rows + 3) / 4 * (h16 / 16 + (hp - h16) / 4) * KERNELS_MLA_SEGS;
+    size_t rate = kernels_attn_pf_rate(b, steps);
 
-    for (size_t j = 0; j < KERNELS_MLA_SEGS; j++) {
-        for (int i = 0; i < 4; i++)
-            acc[i] = vdupq_n_f32(0);
-        for (size_t l = kernels_mla_seg(D, j); l < kernels_mla_seg(D, j + 1); l++) {
-            float32x4_t q = vld1q_f32(qT + l * hp);
-            for (int i = 0; i < 4; i++)
-                acc[i] = vfmaq_n_f32(acc[i], q, rows[(size_t)i * D + l]);
-        }
-        for (int lvl = 0; lvl < KERNELS_MLA_TREE; lvl++) {
-            int right = (int)(j >> lvl) & 1;
-            for (int i = 0; i < 4; i++) {
-                if (right)
-                    acc[i] = vaddq_f32(st[lvl][i], acc[i]);
-                else
-                    st[lvl][i] = acc[i];
-            }
-            if (!right)
-                break;
-        }
-    }
-    for (int i = 0; i < 4; i++)
-        vst1q_f32(S + (size_t)i * hp, vmulq_n_f32(acc[i], scale));
-}
-
-static void neon_scores(const float *qT, size_t hp, size_t D, const float *buf, size_t rows,
-                        float scale, float *S)
-{
-    size_t h16 = hp / 16 * 16;
-
-    for (size_t i0 = 0; i0 < rows; i0 += 4) {
+    for (size_t i0 = 0; i0 < b->rows; i0 += 4) {
         for (size_t h0 = 0; h0 < h16; h0 += 16)
-            score_tile(qT + h0, hp, D, buf + i0 * D, scale, S + i0 * hp + h0);
+            score_tile(qT + h0 * D, 16, b, i0, scale, S + i0 * hp + h0, hp, &pf, rate, 4);
         for (size_t h0 = h16; h0 < hp; h0 += 4)
-            score_tile4(qT + h0, hp, D, buf + i0 * D, scale, S + i0 * hp + h0);
+            score_tile(qT + h16 * D + (h0 - h16), hp - h16, b, i0, scale, S + i0 * hp + h0, hp,
+                       &pf, rate, 1);
     }
 }
 
@@ -321,7 +320,7 @@ static void neon_kda_conv(float *x, size_t n, size_t p, size_t c0, size_t c1, si
 }
 
 const kernels_attn_ops kernels_attn_ops_neon = {
-    4, widen, neon_scores, neon_softmax, neon_ctx, neon_fold, neon_scale, neon_kda_head,
+    4, 16, widen, neon_scores, neon_softmax, neon_ctx, neon_fold, neon_scale, neon_kda_head,
     neon_kda_conv
 };
 
