@@ -384,6 +384,200 @@ int kernels_mla_attend(kernels_mla_ws *ws, kernels_pool *pool, const kernels_mla
     return 0;
 }
 
+/* ---- MLA, expanded form ------------------------------------------------------------------ */
+
+struct kernels_mla_xws {
+    size_t heads, kl, rope, nope, vd, KV, Dq, npmax, nmax;
+    int nthreads;
+    float *thr;      /* [nthreads][tstride]: W^T, X, q^T, S, buf, m, l, alpha */
+    size_t tstride;
+    size_t bytes;
+};
+
+/* One thread's scratch. */
+struct xthr {
+    float *wt;       /* [kl * KV] W_h^T (kernels_mla_qt layout, KV lanes) */
+    float *X;        /* [BLOCK][KV] the block's K_h | V_h */
+    float *qT;       /* [Dq * np] the tokens' [q_nope | qx] (np lanes) */
+    float *S;        /* [BLOCK][np] */
+    float *buf;      /* [BLOCK][max(kl, rope)] widened rows */
+    float *m, *l, *alpha;   /* [np] */
+};
+
+static struct xthr xthr_get(const kernels_mla_xws *ws, int tid)
+{
+    float *p = ws->thr + (size_t)tid * ws->tstride;
+    size_t wide = ws->kl > ws->rope ? ws->kl : ws->rope;
+    struct xthr x;
+    x.wt = p;
+    x.X = x.wt + round_up(ws->kl * ws->KV, 16);
+    x.qT = x.X + KERNELS_MLA_BLOCK * ws->KV;
+    x.S = x.qT + round_up(ws->Dq * ws->npmax, 16);
+    x.buf = x.S + KERNELS_MLA_BLOCK * ws->npmax;
+    x.m = x.buf + round_up(KERNELS_MLA_BLOCK * wide, 16);
+    x.l = x.m + ws->npmax;
+    x.alpha = x.l + ws->npmax;
+    return x;
+}
+
+kernels_mla_xws *kernels_mla_xws_new(size_t heads, size_t kl, size_t rope, size_t nope,
+                                     size_t vd, size_t nmax, int nthreads)
+{
+    kernels_mla_xws *ws;
+
+    if (heads == 0 || kl == 0 || nope + rope == 0 || vd == 0 || nmax == 0 || nthreads < 1 ||
+        nthreads > 256 || kl > (1u << 16) || nope + vd > (1u << 16) || nmax > (1u << 16))
+        return NULL;
+    ws = calloc(1, sizeof *ws);
+    if (!ws)
+        return NULL;
+    *ws = (kernels_mla_xws){ heads, kl, rope, nope, vd, round_up(nope + vd, 16), nope + rope,
+                             round_up(nmax, 16), nmax, nthreads, NULL, 0, 0 };
+    size_t wide = kl > rope ? kl : rope;
+    ws->tstride = round_up(kl * ws->KV, 16) + KERNELS_MLA_BLOCK * ws->KV +
+                  round_up(ws->Dq * ws->npmax, 16) + KERNELS_MLA_BLOCK * ws->npmax +
+                  round_up(KERNELS_MLA_BLOCK * wide, 16) + 3 * ws->npmax;
+    ws->tstride = round_up(ws->tstride, 16);
+    ws->bytes = (size_t)nthreads * ws->tstride * sizeof(float) + sizeof *ws;
+    ws->thr = aligned_alloc(64, (size_t)nthreads * ws->tstride * sizeof(float));
+    if (!ws->thr) {
+        free(ws);
+        return NULL;
+    }
+    memset(ws->thr, 0, (size_t)nthreads * ws->tstride * sizeof(float));
+    return ws;
+}
+
+void kernels_mla_xws_free(kernels_mla_xws *ws)
+{
+    if (!ws)
+        return;
+    free(ws->thr);
+    free(ws);
+}
+
+size_t kernels_mla_xws_bytes(const kernels_mla_xws *ws)
+{
+    return ws ? ws->bytes : 0;
+}
+
+struct xcall {
+    const kernels_mla_x *a;
+    const kernels_mla_xws *ws;
+    const kernels_attn_ops *ops;
+    size_t np;               /* token lanes */
+    _Atomic size_t next;
+};
+
+/* Per head: W_h^T and the tokens' queries in the kernels' q^T layout. */
+static void x_prepare(const struct xcall *xc, size_t h, const struct xthr *x)
+{
+    const kernels_mla_x *a = xc->a;
+    size_t KV = xc->ws->KV, kl = a->kl, nope = a->nope, qt = xc->ops->qtile, Dq = xc->ws->Dq;
+    const float *w = a->wkv + h * (nope + a->vd) * kl;
+
+    for (size_t i = 0; i < KV; i++)
+        for (size_t l = 0; l < kl; l++)
+            x->wt[kernels_mla_qt(KV, qt, kl, l, i)] = i < nope + a->vd ? w[i * kl + l] : 0;
+    for (size_t t = 0; t < xc->np; t++) {
+        const float *qn = a->qn + t * a->qn_tok + h * a->qn_head;
+        const float *qx = a->qx + t * a->qx_tok + h * a->qx_head;
+        for (size_t l = 0; l < Dq; l++)
+            x->qT[kernels_mla_qt(xc->np, qt, Dq, l, t)] =
+                t >= a->n ? 0 : l < nope ? qn[l] : qx[l - nope];
+    }
+}
+
+/* Block [b0, b0 + rows) of head h: expand, score, mask, step 2. */
+static void x_block(const struct xcall *xc, size_t h, const struct xthr *x, size_t b0,
+                    size_t rows, size_t next)
+{
+    const kernels_mla_x *a = xc->a;
+    const kernels_attn_ops *ops = xc->ops;
+    size_t kl = a->kl, rope = a->rope, es = kernels_kv_size(a->type), KV = xc->ws->KV, np = xc->np;
+    const char *c = (const char *)a->c + b0 * kl * es, *r = (const char *)a->r + b0 * rope * es;
+    kernels_attn_rows bc = { (const float *)c, (const float *)c, kl, kl, 0, 0, rows,
+                             { c + rows * kl * es, r + rows * rope * es },
+                             { next * kl * es, next * rope * es } };
+    kernels_attn_rows bk = { x->X, (const float *)r, KV, a->nope, rope, rope, rows,
+                             { NULL, NULL }, { 0, 0 } };
+
+    if (a->type != KERNELS_KV_F32) {
+        ops->widen(a->type, c, x->buf, rows * kl);
+        bc.c = bc.r = x->buf;
+    }
+    ops->scores(x->wt, KV, &bc, 1.0f, x->X);
+    if (a->type != KERNELS_KV_F32 && rope) {
+        ops->widen(a->type, r, x->buf, rows * rope);
+        bk.r = x->buf;
+    }
+    if (!rope)
+        bk.r = bk.c;
+    ops->scores(x->qT, np, &bk, a->scale, x->S);
+    for (size_t i = 0; i < rows; i++)
+        if (b0 + i > a->pos0)
+            for (size_t t = 0; t < a->n && b0 + i > a->pos0 + t; t++)
+                x->S[i * np + t] = -INFINITY;
+    ops->softmax(x->S, np, rows, x->m, x->l, x->alpha);
+    ops->ctx(x->S, np, b0 == 0 ? NULL : x->alpha, x->X + a->nope, KV, rows, a->n, a->vd,
+             a->o + h * a->vd, a->heads * a->vd);
+}
+
+static void x_task(void *ctx, int tid, int nthreads)
+{
+    struct xcall *xc = ctx;
+    const kernels_mla_x *a = xc->a;
+    struct xthr x = xthr_get(xc->ws, tid);
+    size_t h, end = a->pos0 + a->n;
+
+    (void)nthreads;
+    while ((h = atomic_fetch_add_explicit(&xc->next, 1, memory_order_relaxed)) < a->heads) {
+        x_prepare(xc, h, &x);
+        for (size_t t = 0; t < xc->np; t++) {
+            x.m[t] = -INFINITY;
+            x.l[t] = 0;
+        }
+        for (size_t b0 = 0; b0 < end; b0 += KERNELS_MLA_BLOCK) {
+            size_t rows = end - b0 < KERNELS_MLA_BLOCK ? end - b0 : KERNELS_MLA_BLOCK;
+            size_t nb = b0 + rows, next = end - nb < KERNELS_MLA_BLOCK ? end - nb : KERNELS_MLA_BLOCK;
+            x_block(xc, h, &x, b0, rows, next);
+        }
+        for (size_t t = 0; t < a->n; t++)
+            xc->ops->scale(a->o + (t * a->heads + h) * a->vd, 1.0f / x.l[t], a->vd);
+    }
+}
+
+int kernels_mla_expanded(kernels_mla_xws *ws, kernels_pool *pool, const kernels_mla_x *a,
+                         shoal_err *err)
+{
+    struct xcall xc = { .a = a, .ws = ws };
+
+    if (!ws || !a)
+        return shoal_err_set(err, SHOAL_EINVAL, "kernels: expanded MLA call without workspace or arguments");
+    if (a->heads != ws->heads || a->kl != ws->kl || a->rope != ws->rope || a->nope != ws->nope ||
+        a->vd != ws->vd)
+        return shoal_err_set(err, SHOAL_EINVAL, "kernels: expanded MLA call of other shapes than its workspace's");
+    if (a->n > ws->nmax || kernels_pool_nthreads(pool) > ws->nthreads)
+        return shoal_err_set(err, SHOAL_EINVAL,
+                             "kernels: expanded MLA call of %zu tokens on %d threads, workspace "
+                             "holds %zu on %d", a->n, kernels_pool_nthreads(pool), ws->nmax,
+                             ws->nthreads);
+    if (kernels_kv_size(a->type) == 0)
+        return shoal_err_set(err, SHOAL_EINVAL, "kernels: unknown cache type %d", (int)a->type);
+    if (a->n == 0)
+        return 0;
+    if (!a->c || (a->rope && (!a->r || !a->qx)) || (a->nope && !a->qn) || !a->wkv || !a->o)
+        return shoal_err_set(err, SHOAL_EINVAL, "kernels: expanded MLA call with a NULL array");
+    xc.ops = kernels_attn_ops_get();
+    xc.np = round_up(a->n, xc.ops->lanes);
+    atomic_init(&xc.next, 0);
+    if (a->heads == 1)
+        x_task(&xc, 0, 1);
+    else
+        kernels_pool_run_any(pool, x_task, &xc);
+    return 0;
+}
+
 /* ---- KDA drivers ---------------------------------------------------------------------- */
 
 struct kda_call {

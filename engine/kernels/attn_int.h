@@ -24,6 +24,15 @@
  *     copied; then Mn = mx(m_k, M), a = exp(M - Mn), b = exp(m_k - Mn),
  *     L = fmaf(l_k, b, L * a), ctx[j] = fmaf(C_k[j], b, ctx[j] * a).
  *  4. ctx[j] *= 1 / L.
+ * Expanded form (kernels_mla_expanded), per head h: K_h(s)[i] and
+ * V_h(s)[i] are step 1 with q = row i of W_UK,h / W_UV,h, row = c_s
+ * (D = kl, no rope) and scale 1; the score of token t is step 1 with
+ * q = [q_nope | qx], row = [K_h(s) | r_s] (D = nope + rope), set to -inf
+ * for s > pos0 + t; step 2 runs over blocks of 16 from position 0 in one
+ * pass (no superblocks: heads are what threads split), with V_h(s) for
+ * c_s; step 4 at the end.  A block a token cannot see leaves its state
+ * unchanged (alpha = 1, p = 0), so a chunk again gives each token its
+ * bits alone.
  * exp is kernels_attn_exp below.  Every step is a sequence of correctly
  * rounded f32 operations on one element (or one head), so SIMD code that
  * puts heads (scores, softmax) or columns (context) in its lanes gives the

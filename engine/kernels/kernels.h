@@ -291,6 +291,39 @@ size_t kernels_mla_ws_bytes(const kernels_mla_ws *ws);
 int kernels_mla_attend(kernels_mla_ws *ws, kernels_pool *pool, const kernels_mla *a,
                        shoal_err *err);
 
+/* The expanded form of the same attention (k3.md §3.4 allows either):
+ *   K_h(s) = W_UK,h c_s, V_h(s) = W_UV,h c_s (materialized a block at a
+ *   time), score_h(s) = (q_nope,h·K_h(s) + qx_h·r_s) * scale,
+ *   o_h = Σ_s p_h(s) V_h(s)  — the output of W_UV already.
+ * It spends 2·(nope + vd)·kl flops per head and position on the expansion
+ * plus 2·(nope + rope + vd) per token, against the absorbed form's
+ * 2·(2·kl + rope) per token (plus its q_abs and W_UV projections): cheaper
+ * for large chunks (docs/kernels.md gives the crossover).  Its numbers
+ * differ from the absorbed form's by f32 rounding only, so a caller must
+ * not mix the two for one sequence where it wants chunking to keep bits. */
+typedef struct kernels_mla_x {
+    size_t heads, kl, rope, nope, vd;   /* K3: 96, 512, 64, 128, 128 */
+    kernels_kv_type type;
+    const void *c, *r;          /* the cache, as in kernels_mla */
+    size_t pos0, n;
+    const float *qn;            /* token t, head h: nope floats at qn + t*qn_tok + h*qn_head */
+    size_t qn_tok, qn_head;
+    const float *qx;            /* rope floats at qx + t*qx_tok + h*qx_head */
+    size_t qx_tok, qx_head;
+    const float *wkv;           /* [heads][nope + vd][kl]: W_UK,h rows, then W_UV,h (kv_b_proj) */
+    float scale;
+    float *o;                   /* [n][heads][vd] out */
+} kernels_mla_x;
+
+typedef struct kernels_mla_xws kernels_mla_xws;
+kernels_mla_xws *kernels_mla_xws_new(size_t heads, size_t kl, size_t rope, size_t nope,
+                                     size_t vd, size_t nmax, int nthreads);
+void kernels_mla_xws_free(kernels_mla_xws *ws);
+size_t kernels_mla_xws_bytes(const kernels_mla_xws *ws);
+/* 0, or SHOAL_EINVAL as kernels_mla_attend. */
+int kernels_mla_expanded(kernels_mla_xws *ws, kernels_pool *pool, const kernels_mla_x *a,
+                         shoal_err *err);
+
 /* The KDA delta rule (k3.md §3.3, step 6) for n tokens in order, every
  * head: S ← diag(α)S; u = v − Sᵀk; S ← S + β k uᵀ; o = Sᵀq.  Heads are
  * split between threads. */
