@@ -146,9 +146,9 @@ int main(void)
 }
 EOF
 
-# The attention family (engine/kernels/attn*.c): MLA, the KDA step and
-# conv on NEON against the scalar reference bit for bit, 2 threads against
-# 1, a chunk against token at a time.
+# The attention family (engine/kernels/attn*.c): MLA (absorbed and
+# expanded), the KDA step and conv on NEON against the scalar reference
+# bit for bit, 2 threads against 1, a chunk against token at a time.
 cat >"$T/attn_check.c" <<'EOF'
 #include <math.h>
 #include <stdio.h>
@@ -208,6 +208,34 @@ int main(void)
             CHECK(!memcmp(y1 + t * one, y2, one * 4), "mla shape %zu token %zu: chunk != alone", si, t);
         }
         free(c); free(r); free(qa); free(q); free(ct); free(rt); free(y0); free(y1); free(y2);
+    }
+    /* the expanded form: NEON vs scalar, 2 threads, token at a time */
+    {
+        size_t H = 4, kl = 32, rope = 8, nope = 16, vd = 24, P = 70, n = 5, one = H * vd;
+        float *c = fill(P * kl, 4), *r = fill(P * rope, 4), *qn = fill(n * H * nope, 2);
+        float *qx = fill(n * H * rope, 2), *w = fill(H * (nope + vd) * kl, 0.4);
+        float *o0 = malloc(n * one * 4), *o1 = malloc(n * one * 4), *o2 = malloc(one * 4);
+        kernels_mla_xws *ws = kernels_mla_xws_new(H, kl, rope, nope, vd, n, 2);
+        kernels_mla_x a = { H, kl, rope, nope, vd, KERNELS_KV_F32, c, r, P - n, n, qn, H * nope,
+                            nope, qx, H * rope, rope, w, 0.0721f, o0 };
+        kernels_set_isa(KERNELS_ISA_SCALAR, NULL);
+        CHECK(kernels_mla_expanded(ws, NULL, &a, NULL) == 0, "expanded rc");
+        kernels_set_isa(KERNELS_ISA_NEON, NULL);
+        a.o = o1;
+        kernels_mla_expanded(ws, pool, &a, NULL);
+        CHECK(!memcmp(o0, o1, n * one * 4), "expanded: neon != scalar");
+        for (size_t t = 0; t < n; t++) {
+            kernels_mla_x b = a;
+            b.pos0 = P - n + t;
+            b.n = 1;
+            b.qn = qn + t * H * nope;
+            b.qx = qx + t * H * rope;
+            b.o = o2;
+            kernels_mla_expanded(ws, NULL, &b, NULL);
+            CHECK(!memcmp(o2, o1 + t * one, one * 4), "expanded token %zu: alone != chunk", t);
+        }
+        kernels_mla_xws_free(ws);
+        free(c); free(r); free(qn); free(qx); free(w); free(o0); free(o1); free(o2);
     }
     for (size_t si = 0; si < sizeof kda / sizeof kda[0]; si++) {
         size_t H = kda[si][0], dk = kda[si][1], dv = kda[si][2], n = kda[si][3], ns = H * dk * dv;

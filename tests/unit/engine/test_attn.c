@@ -2,7 +2,8 @@
  * KDA step and conv.  Every ISA against the scalar reference bit for bit;
  * 1, 2 and 3 threads and workspaces of other capacities; a chunk against
  * token at a time; causal edges (position 0, a chunk's first and last
- * token, superblock and block boundaries); f32 against float64 at K3
+ * token, superblock and block boundaries); the expanded form likewise and
+ * against the absorbed one through W_UV; f32 against float64 at K3
  * width (96 heads, kl 512, rope 64) over 4k and 32k positions; the
  * half-precision caches' error; the shared exp and the bf16/f16
  * conversions; bad arguments.
@@ -501,6 +502,187 @@ static void test_mla_bad_args(void **state)
     mla_case_free(&m);
 }
 
+/* ---- MLA, expanded form ------------------------------------------------------------ */
+
+/* A case for the expanded form: the MLA case's cache and rope queries,
+ * q_nope and kv_b (W_UK, W_UV per head), and the absorbed queries
+ * q_abs = W_UK^T q_nope computed from them (float64, rounded once). */
+struct x_case {
+    struct mla_case m;
+    size_t nope, vd;
+    float *qn;      /* [n][H][nope] */
+    float *wkv;     /* [H][nope + vd][kl] */
+};
+
+static void x_case_make(struct x_case *x, size_t H, size_t kl, size_t rope, size_t nope,
+                        size_t vd, size_t P, size_t n, kernels_kv_type type)
+{
+    struct mla_case *m = &x->m;
+    double sw = 1.0 / sqrt((double)kl);
+
+    mla_case_make(m, H, kl, rope, P, n, type);
+    x->nope = nope;
+    x->vd = vd;
+    x->qn = malloc(n * H * nope * sizeof(float));
+    x->wkv = malloc(H * (nope + vd) * kl * sizeof(float));
+    assert_true(x->qn && x->wkv);
+    for (size_t i = 0; i < H * (nope + vd) * kl; i++)
+        x->wkv[i] = (float)(sw * gauss());
+    for (size_t i = 0; i < n * H * nope; i++)
+        x->qn[i] = (float)(3.0 * gauss() / sqrt((double)nope + rope) * sqrt(192.0));
+    for (size_t t = 0; t < n; t++)
+        for (size_t h = 0; h < H; h++)
+            for (size_t l = 0; l < kl; l++) {
+                double acc = 0;
+                for (size_t i = 0; i < nope; i++)
+                    acc += (double)x->wkv[(h * (nope + vd) + i) * kl + l] * x->qn[(t * H + h) * nope + i];
+                m->qa[(t * H + h) * kl + l] = (float)acc;
+            }
+}
+
+static void x_case_free(struct x_case *x)
+{
+    mla_case_free(&x->m);
+    free(x->qn);
+    free(x->wkv);
+}
+
+static kernels_mla_x x_args(const struct x_case *x, size_t t0, size_t n, float *o)
+{
+    const struct mla_case *m = &x->m;
+    kernels_mla_x a = { m->H, m->kl, m->rope, x->nope, x->vd, m->type, m->ct, m->rt,
+                        m->P - m->n + t0, n, x->qn + t0 * m->H * x->nope, m->H * x->nope, x->nope,
+                        m->q + t0 * m->H * m->qk + 7, m->H * m->qk, m->qk, x->wkv,
+                        (float)(1.0 / sqrt(192.0)), o };
+    return a;
+}
+
+static void x_run(const struct x_case *x, kernels_pool *pool, float *o)
+{
+    kernels_mla_xws *ws = kernels_mla_xws_new(x->m.H, x->m.kl, x->m.rope, x->nope, x->vd,
+                                              x->m.n, 3);
+    kernels_mla_x a = x_args(x, 0, x->m.n, o);
+    assert_non_null(ws);
+    assert_int_equal(kernels_mla_expanded(ws, pool, &a, NULL), 0);
+    kernels_mla_xws_free(ws);
+}
+
+/* o_h = W_UV,h ctx_h in float64 from an absorbed ctx (f32) or from the
+ * float64 reference (ctx NULL). */
+static void x_from_ctx(const struct x_case *x, size_t t, size_t h, const float *ctx, double *o)
+{
+    const struct mla_case *m = &x->m;
+    double *ref = malloc(m->kl * sizeof *ref);
+    if (!ctx)
+        mla_ref(m, t, h, 1, ref);
+    for (size_t i = 0; i < x->vd; i++) {
+        const float *w = x->wkv + (h * (x->nope + x->vd) + x->nope + i) * m->kl;
+        double acc = 0;
+        for (size_t l = 0; l < m->kl; l++)
+            acc += (double)w[l] * (ctx ? (double)ctx[(t * m->H + h) * m->kl + l] : ref[l]);
+        o[i] = acc;
+    }
+    free(ref);
+}
+
+static double x_err(const struct x_case *x, const float *o, const float *ctx)
+{
+    double *ref = malloc(x->vd * sizeof *ref), e = 0, nr = 0;
+    for (size_t t = 0; t < x->m.n; t++)
+        for (size_t h = 0; h < x->m.H; h++) {
+            x_from_ctx(x, t, h, ctx, ref);
+            for (size_t i = 0; i < x->vd; i++) {
+                double d = o[(t * x->m.H + h) * x->vd + i] - ref[i];
+                e += d * d;
+                nr += ref[i] * ref[i];
+            }
+        }
+    free(ref);
+    return sqrt(e / nr);
+}
+
+static void test_mla_expanded(void **state)
+{
+    static const size_t xs[][8] = {
+        { 4, 32, 8, 16, 16, 40, 5, 0 },       /* tiny-k3 */
+        { 96, 512, 64, 128, 128, 70, 3, 0 },  /* K3 width */
+        { 6, 64, 16, 32, 48, 300, 20, 1 },    /* bf16, a chunk over a superblock boundary */
+        { 5, 33, 0, 7, 9, 50, 19, 2 },        /* f16, no rope, odd widths */
+    };
+    kernels_pool *pool = kernels_pool_new(2), *p3 = kernels_pool_new(3);
+    (void)state;
+    for (size_t ci = 0; ci < sizeof xs / sizeof xs[0]; ci++) {
+        struct x_case x;
+        size_t H = xs[ci][0], n = xs[ci][6], vd = xs[ci][4], one = H * vd;
+        float *o0 = malloc(n * one * sizeof(float)), *o1 = malloc(n * one * sizeof(float));
+        float *ctx = malloc(n * H * xs[ci][1] * sizeof(float));
+        kernels_mla_xws *ws = kernels_mla_xws_new(H, xs[ci][1], xs[ci][2], xs[ci][3], vd, n, 2);
+        x_case_make(&x, H, xs[ci][1], xs[ci][2], xs[ci][3], vd, xs[ci][5], n,
+                    (kernels_kv_type)xs[ci][7]);
+        use_isa(KERNELS_ISA_SCALAR);
+        x_run(&x, NULL, o0);
+        for (size_t i = 1; i < N_ISAS; i++) {
+            if (!kernels_isa_supported(all_isas[i]))
+                continue;
+            use_isa(all_isas[i]);
+            x_run(&x, i % 2 ? pool : p3, o1);
+            if (memcmp(o0, o1, n * one * sizeof(float)))
+                fail_msg("expanded case %zu: %s != scalar", ci, kernels_isa_name(all_isas[i]));
+            /* token at a time gives the chunk's bits */
+            for (size_t t = 0; t < n; t++) {
+                kernels_mla_x a = x_args(&x, t, 1, o1);
+                assert_int_equal(kernels_mla_expanded(ws, t % 2 ? pool : NULL, &a, NULL), 0);
+                if (memcmp(o1, o0 + t * one, one * sizeof(float)))
+                    fail_msg("expanded case %zu, %s: token %zu alone != in the chunk", ci,
+                             kernels_isa_name(all_isas[i]), t);
+            }
+        }
+        /* against float64, and against the absorbed form through W_UV */
+        kernels_mla_ws *aws = kernels_mla_ws_new(H, xs[ci][1], xs[ci][2], n, 2);
+        mla_run(&x.m, aws, pool, ctx);
+        double ef = x_err(&x, o0, NULL), ea = x_err(&x, o0, ctx);
+        if (ci == 1)
+            printf("MLA expanded, K3 width: rel-L2 %.3g vs float64, %.3g vs absorbed\n", ef, ea);
+        assert_true(ef < 1e-5);
+        assert_true(ea < 1e-5);
+        kernels_mla_ws_free(aws);
+        kernels_mla_xws_free(ws);
+        x_case_free(&x);
+        free(o0);
+        free(o1);
+        free(ctx);
+    }
+    use_isa(best_isa());
+    kernels_pool_free(pool);
+    kernels_pool_free(p3);
+}
+
+static void test_mla_expanded_bad_args(void **state)
+{
+    struct x_case x;
+    kernels_mla_xws *ws = kernels_mla_xws_new(4, 32, 8, 16, 16, 2, 1);
+    float o[2 * 4 * 16];
+    kernels_mla_x a;
+    (void)state;
+    x_case_make(&x, 4, 32, 8, 16, 16, 10, 2, KERNELS_KV_F32);
+    a = x_args(&x, 0, 2, o);
+    a.vd = 8;
+    assert_int_equal(kernels_mla_expanded(ws, NULL, &a, NULL), SHOAL_EINVAL);
+    a = x_args(&x, 0, 2, o);
+    a.n = 3;
+    assert_int_equal(kernels_mla_expanded(ws, NULL, &a, NULL), SHOAL_EINVAL);
+    a = x_args(&x, 0, 2, o);
+    a.wkv = NULL;
+    assert_int_equal(kernels_mla_expanded(ws, NULL, &a, NULL), SHOAL_EINVAL);
+    assert_int_equal(kernels_mla_expanded(NULL, NULL, &a, NULL), SHOAL_EINVAL);
+    assert_null(kernels_mla_xws_new(4, 0, 8, 16, 16, 2, 1));
+    assert_null(kernels_mla_xws_new(4, 32, 8, 16, 0, 2, 1));
+    assert_true(kernels_mla_xws_bytes(ws) > 0);
+    kernels_mla_xws_free(NULL);
+    kernels_mla_xws_free(ws);
+    x_case_free(&x);
+}
+
 /* ---- KDA ---------------------------------------------------------------------- */
 
 struct kda_case {
@@ -720,6 +902,8 @@ int main(void)
         cmocka_unit_test(test_mla_chunk_vs_token),
         cmocka_unit_test(test_mla_vs_float64),
         cmocka_unit_test(test_mla_bad_args),
+        cmocka_unit_test(test_mla_expanded),
+        cmocka_unit_test(test_mla_expanded_bad_args),
         cmocka_unit_test(test_kda_step),
         cmocka_unit_test(test_kda_step_bad_args),
         cmocka_unit_test(test_kda_conv),
