@@ -168,6 +168,19 @@ size_t kernels_mla_ws_bytes(const kernels_mla_ws *ws)
 
 /* ---- MLA driver -------------------------------------------------------------------- */
 
+/* Lane h of q^T in the kernels_mla_qt layout = [a (na floats) | b (the
+ * rest of D)], or 0 for a NULL (a padding lane).  One division per lane,
+ * not per element. */
+static void qt_lane(float *dst, size_t hp, size_t qt, size_t D, size_t h, const float *a,
+                    size_t na, const float *b)
+{
+    size_t g0 = h / qt * qt, w = hp - g0 < qt ? hp - g0 : qt;
+    float *q = dst + kernels_mla_qt(hp, qt, D, 0, h);
+
+    for (size_t l = 0; l < D; l++)
+        q[l * w] = !a ? 0 : l < na ? a[l] : b[l - na];
+}
+
 struct mla_call {
     const kernels_mla *a;
     kernels_mla_ws *ws;
@@ -197,12 +210,9 @@ static void mla_transpose(const struct mla_call *mc)
 
     for (size_t t = mc->t0; t < mc->t1; t++) {
         float *q = ws->qT + (t - mc->t0) * D * hp;
-        for (size_t h = 0; h < hp; h++) {
-            const float *qa = a->qa + (t * H + h) * kl;
-            const float *qx = a->qx + t * a->qx_tok + h * a->qx_head;
-            for (size_t l = 0; l < D; l++)
-                q[kernels_mla_qt(hp, qt, D, l, h)] = h >= H ? 0 : l < kl ? qa[l] : qx[l - kl];
-        }
+        for (size_t h = 0; h < hp; h++)
+            qt_lane(q, hp, qt, D, h, h < H ? a->qa + (t * H + h) * kl : NULL, kl,
+                    h < H ? a->qx + t * a->qx_tok + h * a->qx_head : NULL);
     }
 }
 
@@ -477,15 +487,10 @@ static void x_prepare(const struct xcall *xc, size_t h, const struct xthr *x)
     const float *w = a->wkv + h * (nope + a->vd) * kl;
 
     for (size_t i = 0; i < KV; i++)
-        for (size_t l = 0; l < kl; l++)
-            x->wt[kernels_mla_qt(KV, qt, kl, l, i)] = i < nope + a->vd ? w[i * kl + l] : 0;
-    for (size_t t = 0; t < xc->np; t++) {
-        const float *qn = a->qn + t * a->qn_tok + h * a->qn_head;
-        const float *qx = a->qx + t * a->qx_tok + h * a->qx_head;
-        for (size_t l = 0; l < Dq; l++)
-            x->qT[kernels_mla_qt(xc->np, qt, Dq, l, t)] =
-                t >= a->n ? 0 : l < nope ? qn[l] : qx[l - nope];
-    }
+        qt_lane(x->wt, KV, qt, kl, i, i < nope + a->vd ? w + i * kl : NULL, kl, NULL);
+    for (size_t t = 0; t < xc->np; t++)
+        qt_lane(x->qT, xc->np, qt, Dq, t, t < a->n ? a->qn + t * a->qn_tok + h * a->qn_head : NULL,
+                nope, t < a->n ? a->qx + t * a->qx_tok + h * a->qx_head : NULL);
 }
 
 /* Block [b0, b0 + rows) of head h: expand, score, mask, step 2. */
