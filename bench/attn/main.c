@@ -14,8 +14,8 @@
  *   bf16 and f16 caches at 32k against f32; a 64-token chunk at 4k per
  *   token against decode; the expanded form against the absorbed one for
  *   chunks of 64 and 256 tokens, as a whole prompt and at 4k.  KDA step at K3 width (96 heads x 128 x 128)
- *   and the conv + SiLU (3 x 12,288 channels) against the engine's old
- *   code (engine_kda_step and layers.c's loop).
+ *   the conv + SiLU (3 x 12,288 channels) and the decay gate against the
+ *   engine's old code (engine_kda_step and layers.c's loops).
  * Caches (and KDA states) of several layers are cycled, as a decode step
  * walks the layers, so nothing stays in the caches between calls: at
  * least ~600 MB, at most 24 MLA / 69 KDA layers (K3's counts).  Each
@@ -561,6 +561,22 @@ static void bench_conv(kernels_pool *pool)
             x[i] = (float)(rnd() * 4);
     }
     bench_record("attn.kda_conv_k3", tn, "s", "old loop (scalar, libm expf, 1 thread)", to, "lower", 0);
+    /* the decay gate over the same 12,288 channels */
+    kernels_kda_decay(pool, x, 1, KP, taps, taps + KP, -5.0f);  /* warm-up */
+    tn = to = 1e30;
+    for (int r = 0; r < 20; r++) {
+        for (size_t i = 0; i < KP; i++)
+            x[i] = (float)(rnd() * 4);
+        double t0 = bench_now();
+        kernels_kda_decay(pool, x, 1, KP, taps, taps + KP, -5.0f);
+        double t1 = bench_now();
+        for (size_t c = 0; c < KP; c++)
+            x[KP + c] = expf(-5.0f * engine_sigmoid(taps[c] * (x[KP + c] + taps[KP + c])));
+        double t2 = bench_now();
+        tn = t1 - t0 < tn ? t1 - t0 : tn;
+        to = t2 - t1 < to ? t2 - t1 : to;
+    }
+    bench_record("attn.kda_decay_k3", tn, "s", "old loop (scalar, libm expf, 1 thread)", to, "lower", 0);
 out:
     free(x);
     free(taps);

@@ -661,6 +661,40 @@ void kernels_kda_conv(kernels_pool *pool, float *x, size_t n, size_t p, size_t k
         kernels_pool_run_any(pool, conv_task, &cc);
 }
 
+struct decay_call {
+    const kernels_attn_ops *ops;
+    float *z;
+    const float *A, *dt_bias;
+    float lower;
+    size_t n, p;
+    _Atomic size_t next;
+};
+
+static void decay_task(void *ctx, int tid, int nthreads)
+{
+    struct decay_call *dc = ctx;
+    size_t c0;
+
+    (void)tid;
+    (void)nthreads;
+    while ((c0 = atomic_fetch_add_explicit(&dc->next, CONV_CHUNK, memory_order_relaxed)) < dc->p)
+        dc->ops->kda_decay(dc->z, dc->n, dc->p, c0, c0 + CONV_CHUNK < dc->p ? c0 + CONV_CHUNK : dc->p,
+                           dc->A, dc->dt_bias, dc->lower);
+}
+
+void kernels_kda_decay(kernels_pool *pool, float *z, size_t n, size_t p, const float *A,
+                       const float *dt_bias, float lower)
+{
+    struct decay_call dc = { kernels_attn_ops_get(), z, A, dt_bias, lower, n, p, 0 };
+
+    if (n == 0 || p == 0)
+        return;
+    if (p <= CONV_CHUNK)
+        decay_task(&dc, 0, 1);
+    else
+        kernels_pool_run_any(pool, decay_task, &dc);
+}
+
 void kernels_kda_conv_taps(const float *src, size_t p, size_t kw, float *dst)
 {
     for (size_t ch = 0; ch < p; ch++)
@@ -782,7 +816,15 @@ void kernels_attn_conv_scalar(float *x, size_t n, size_t p, size_t c0, size_t c1
         }
 }
 
+void kernels_attn_decay_scalar(float *z, size_t n, size_t p, size_t c0, size_t c1,
+                               const float *A, const float *dt_bias, float lower)
+{
+    for (size_t t = 0; t < n; t++)
+        for (size_t ch = c0; ch < c1; ch++)
+            z[t * p + ch] = kernels_attn_decay(z[t * p + ch], A[ch], dt_bias[ch], lower);
+}
+
 const kernels_attn_ops kernels_attn_ops_scalar = {
     1, 1, kernels_kv_load, scalar_scores, scalar_softmax, kernels_attn_ctx_scalar, scalar_fold,
-    scalar_scale, scalar_kda_head, kernels_attn_conv_scalar
+    scalar_scale, scalar_kda_head, kernels_attn_conv_scalar, kernels_attn_decay_scalar
 };

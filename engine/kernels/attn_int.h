@@ -55,6 +55,9 @@
  * Column j only ever touches column j of S, so SIMD code puts columns in
  * its lanes and keeps a block of columns of S in L1 across the tokens.
  *
+ * KDA decay, per element: a = A * (z + dt_bias) (two roundings),
+ * s = 1 / (1 + exp(-a)), z = exp(lower * s).
+ *
  * KDA conv, per channel and token: y = fmaf chain over the taps from 0
  * (window oldest first, then the current input), out = y * (1 / (1 +
  * exp(-y))) (SiLU), the window shifted by one.
@@ -137,6 +140,13 @@ static inline float kernels_attn_exp(float x)
 static inline float kernels_attn_max(float a, float b)
 {
     return a > b ? a : b;
+}
+
+/* The KDA decay, one element. */
+static inline float kernels_attn_decay(float z, float A, float dt_bias, float lower)
+{
+    float s = 1.0f / (1.0f + kernels_attn_exp(-(A * (z + dt_bias))));
+    return kernels_attn_exp(lower * s);
 }
 
 /* SiLU of the conv, one element. */
@@ -260,6 +270,9 @@ typedef struct kernels_attn_ops {
      * win [kw-1][p] */
     void (*kda_conv)(float *x, size_t n, size_t p, size_t c0, size_t c1, size_t kw,
                      const float *taps, float *win);
+    /* the decay of channels [c0, c1) over n tokens: z [n][p] */
+    void (*kda_decay)(float *z, size_t n, size_t p, size_t c0, size_t c1, const float *A,
+                      const float *dt_bias, float lower);
 } kernels_attn_ops;
 
 extern const kernels_attn_ops kernels_attn_ops_scalar;
@@ -299,5 +312,7 @@ void kernels_attn_kda_scalar(float *S, size_t dk, size_t dv, size_t j0, size_t j
                              const float *v, size_t vs, const float *beta, size_t bs, float *o);
 void kernels_attn_conv_scalar(float *x, size_t n, size_t p, size_t c0, size_t c1, size_t kw,
                               const float *taps, float *win);
+void kernels_attn_decay_scalar(float *z, size_t n, size_t p, size_t c0, size_t c1,
+                               const float *A, const float *dt_bias, float lower);
 
 #endif

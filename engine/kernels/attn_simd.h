@@ -356,8 +356,25 @@ static void av_widen_n(kernels_kv_type t, const void *src, float *dst, size_t n)
         kernels_kv_load(t, h + i, dst + i, n - i);
 }
 
+static void av_kda_decay(float *z, size_t n, size_t p, size_t c0, size_t c1, const float *A,
+                         const float *dt_bias, float lower)
+{
+    const AV one = av_set1(1.0f), lw = av_set1(lower);
+    size_t ch = c0;
+    for (; ch + AW <= c1; ch += AW) {
+        AV a = av_load(A + ch), d = av_load(dt_bias + ch);
+        for (size_t t = 0; t < n; t++) {
+            float *zt = z + t * p + ch;
+            AV s = av_div(one, av_add(one, av_exp(av_neg(av_mul(a, av_add(av_load(zt), d))))));
+            av_store(zt, av_exp(av_mul(lw, s)));
+        }
+    }
+    if (ch < c1)
+        kernels_attn_decay_scalar(z, n, p, ch, c1, A, dt_bias, lower);
+}
+
 #define KERNELS_ATTN_TABLE                                                                   \
     { AW, AT_Z * AW, av_widen_n, av_scores, av_softmax, av_ctx, av_fold, av_scale,           \
-      av_kda_head, av_kda_conv }
+      av_kda_head, av_kda_conv, av_kda_decay }
 
 #endif

@@ -350,4 +350,9 @@ void kernels_kda_conv(kernels_pool *pool, float *x, size_t n, size_t p, size_t k
 /* taps as stored in the checkpoint, [p][kw], to the [kw][p] order above. */
 void kernels_kda_conv_taps(const float *src, size_t p, size_t kw, float *dst);
 
+/* The decay (k3.md §3.3, step 4), in place over n tokens of p channels:
+ * z[t][c] = exp(lower · σ(A[c] · (z[t][c] + dt_bias[c]))), σ(x) = 1/(1 + exp(-x)). */
+void kernels_kda_decay(kernels_pool *pool, float *z, size_t n, size_t p, const float *A,
+                       const float *dt_bias, float lower);
+
 #endif

@@ -147,7 +147,7 @@ int main(void)
 EOF
 
 # The attention family (engine/kernels/attn*.c): MLA (absorbed and
-# expanded), the KDA step and conv on NEON against the scalar reference
+# expanded), the KDA step, conv and decay on NEON against the scalar reference
 # bit for bit, 2 threads against 1, a chunk against token at a time.
 cat >"$T/attn_check.c" <<'EOF'
 #include <math.h>
@@ -271,6 +271,19 @@ int main(void)
         kernels_kda_conv(pool, x1, n, p, kw, taps, w1);
         CHECK(!memcmp(x0, x1, n * p * 4) && !memcmp(w0, w1, (nw - 1) * 4), "conv case %zu: neon != scalar", si);
         free(taps); free(x); free(w); free(x0); free(x1); free(w0); free(w1);
+    }
+    {
+        size_t p = 3001, n = 2;
+        float *z = fill(n * p, 12), *A = fill(p, 2), *dt = fill(p, 1);
+        float *z0 = malloc(n * p * 4), *z1 = malloc(n * p * 4);
+        memcpy(z0, z, n * p * 4);
+        memcpy(z1, z, n * p * 4);
+        kernels_set_isa(KERNELS_ISA_SCALAR, NULL);
+        kernels_kda_decay(NULL, z0, n, p, A, dt, -5.0f);
+        kernels_set_isa(KERNELS_ISA_NEON, NULL);
+        kernels_kda_decay(pool, z1, n, p, A, dt, -5.0f);
+        CHECK(!memcmp(z0, z1, n * p * 4), "decay: neon != scalar");
+        free(z); free(A); free(dt); free(z0); free(z1);
     }
     kernels_pool_free(pool);
     printf("attn neon check: %d failure(s)\n", failures);
