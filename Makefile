@@ -65,6 +65,7 @@ LIBS_forward  := forward kernels common
 LIBS_source   := source forward kernels common
 LIBS_serve    := serve source forward text kernels common
 LIBS_engine   := forward kernels common   # bench/engine: the forward pass alone
+LIBS_attn     := forward kernels common   # bench/attn: the old scalar code is its baseline
 LIBS_synth    := synth common
 LIBS_mkmodel  := synth common
 LIBS_hubmock  := synth common

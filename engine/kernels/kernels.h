@@ -1,6 +1,7 @@
 /* kernels.h — the engine's compute core: MXFP4, int8, int4 and f32 matrix
  * products, activation quantization, SiTU, the fused routed-expert helper,
- * and the small thread pool they run on.
+ * the attention kernels (MLA, KDA step and conv), and the small thread
+ * pool they run on.
  *
  * Owns: weight layouts as shipped (MXFP4) or as derived at load (int8 and
  * int4 spine), the numerics of every product, ISA selection (scalar reference,
@@ -280,5 +281,123 @@ int kernels_expert_apply(kernels_expert_ws *ws, kernels_pool *pool,
                          const kernels_expert *e, const float *z, size_t n,
                          const float *weight, float *out, kernels_numerics mode,
                          shoal_err *err);
+
+/* ---- attention: MLA and KDA (attn*.c) -----------------------------------------
+ * f32 arithmetic in a fixed order per output element (docs/kernels.md,
+ * "Attention"; the definition is in attn_int.h): every ISA is
+ * bit-identical to the scalar reference, and results depend neither on
+ * the thread count nor on how many tokens a call carries (token t of a
+ * chunk gets the bits it gets alone). */
+
+/* How cache rows are stored.  BF16 and F16 halve the bytes; values are
+ * rounded to nearest even when stored (F16 overflows to inf beyond
+ * 65504) and widened exactly when read. */
+typedef enum kernels_kv_type {
+    KERNELS_KV_F32  = 0,
+    KERNELS_KV_BF16 = 1,
+    KERNELS_KV_F16  = 2
+} kernels_kv_type;
+
+/* Bytes per value (4 or 2); 0 for an unknown type. */
+size_t kernels_kv_size(kernels_kv_type t);
+/* dst [n] of type t = src [n] rounded; src [n] = dst [n] widened. */
+void kernels_kv_store(kernels_kv_type t, const float *src, void *dst, size_t n);
+void kernels_kv_load(kernels_kv_type t, const void *src, float *dst, size_t n);
+
+/* One call of absorbed MLA attention (k3.md §3.4) for n tokens:
+ *   score_h(s) = (qa_h·c_s + qx_h·r_s) * scale,  p = softmax over s < len_t,
+ *   ctx_h = Σ_s p_h(s) c_s,   len_t = pos0 + t + 1.
+ * The cache is read once per call for all heads (K3: 96 heads share each
+ * 576-value row). */
+typedef struct kernels_mla {
+    size_t heads, kl, rope;     /* K3: 96, 512, 64 (rope may be 0) */
+    kernels_kv_type type;       /* of c and r */
+    const void *c;              /* [>= pos0 + n][kl] latents (RMS-normed) */
+    const void *r;              /* [>= pos0 + n][rope] shared rope part */
+    size_t pos0, n;             /* token t sees positions 0..pos0 + t */
+    const float *qa;            /* [n][heads][kl] W_UK,hᵀ q_nope,h */
+    const float *qx;            /* token t, head h: rope floats at qx + t*qx_tok + h*qx_head */
+    size_t qx_tok, qx_head;
+    float scale;                /* 1/sqrt(qk_nope + qk_rope) */
+    float *ctx;                 /* [n][heads][kl] out */
+} kernels_mla;
+
+/* Scratch for up to nmax tokens a call and a pool of up to nthreads;
+ * reused across calls (one call at a time).  NULL on bad sizes or no
+ * memory. */
+typedef struct kernels_mla_ws kernels_mla_ws;
+kernels_mla_ws *kernels_mla_ws_new(size_t heads, size_t kl, size_t rope, size_t nmax,
+                                   int nthreads);
+void kernels_mla_ws_free(kernels_mla_ws *ws);
+size_t kernels_mla_ws_bytes(const kernels_mla_ws *ws);
+
+/* 0, or SHOAL_EINVAL (shapes other than the workspace's, n > nmax, a pool
+ * larger than the workspace's nthreads, NULL pointers) with ctx untouched. */
+int kernels_mla_attend(kernels_mla_ws *ws, kernels_pool *pool, const kernels_mla *a,
+                       shoal_err *err);
+
+/* The expanded form of the same attention (k3.md §3.4 allows either):
+ *   K_h(s) = W_UK,h c_s, V_h(s) = W_UV,h c_s (materialized a block at a
+ *   time), score_h(s) = (q_nope,h·K_h(s) + qx_h·r_s) * scale,
+ *   o_h = Σ_s p_h(s) V_h(s)  — the output of W_UV already.
+ * It spends 2·(nope + vd)·kl flops per head and position on the expansion
+ * plus 2·(nope + rope + vd) per token, against the absorbed form's
+ * 2·(2·kl + rope) per token (plus its q_abs and W_UV projections): cheaper
+ * for large chunks (docs/kernels.md gives the crossover).  Its numbers
+ * differ from the absorbed form's by f32 rounding only, so a caller must
+ * not mix the two for one sequence where it wants chunking to keep bits. */
+typedef struct kernels_mla_x {
+    size_t heads, kl, rope, nope, vd;   /* K3: 96, 512, 64, 128, 128 */
+    kernels_kv_type type;
+    const void *c, *r;          /* the cache, as in kernels_mla */
+    size_t pos0, n;
+    const float *qn;            /* token t, head h: nope floats at qn + t*qn_tok + h*qn_head */
+    size_t qn_tok, qn_head;
+    const float *qx;            /* rope floats at qx + t*qx_tok + h*qx_head */
+    size_t qx_tok, qx_head;
+    const float *wkv;           /* [heads][nope + vd][kl]: W_UK,h rows, then W_UV,h (kv_b_proj) */
+    float scale;
+    float *o;                   /* [n][heads][vd] out */
+} kernels_mla_x;
+
+typedef struct kernels_mla_xws kernels_mla_xws;
+kernels_mla_xws *kernels_mla_xws_new(size_t heads, size_t kl, size_t rope, size_t nope,
+                                     size_t vd, size_t nmax, int nthreads);
+void kernels_mla_xws_free(kernels_mla_xws *ws);
+size_t kernels_mla_xws_bytes(const kernels_mla_xws *ws);
+/* 0, or SHOAL_EINVAL as kernels_mla_attend. */
+int kernels_mla_expanded(kernels_mla_xws *ws, kernels_pool *pool, const kernels_mla_x *a,
+                         shoal_err *err);
+
+/* The KDA delta rule (k3.md §3.3, step 6) for n tokens in order, every
+ * head: S ← diag(α)S; u = v − Sᵀk; S ← S + β k uᵀ; o = Sᵀq.  Heads are
+ * split between threads. */
+typedef struct kernels_kda {
+    size_t heads, dk, dv;       /* K3: 96, 128, 128 */
+    float *S;                   /* [heads][dk][dv] state S[k][v], updated */
+    size_t n;
+    const float *q, *k;         /* [n][heads][dk] (q already scaled) */
+    const float *alpha;         /* [n][heads][dk] decay factors */
+    const float *v;             /* [n][heads][dv] */
+    const float *beta;          /* [n][heads] */
+    float *o;                   /* [n][heads][dv] out */
+} kernels_kda;
+
+/* 0, or SHOAL_EINVAL for a zero size or NULL pointer. */
+int kernels_kda_step(kernels_pool *pool, const kernels_kda *a, shoal_err *err);
+
+/* Causal depthwise conv then SiLU, in place, over n tokens in order:
+ * x [n][p]; taps [kw][p] (tap kw-1 multiplies the current input; see
+ * kernels_kda_conv_taps); win [kw-1][p] the previous kw-1 inputs, oldest
+ * first, updated.  kw >= 1. */
+void kernels_kda_conv(kernels_pool *pool, float *x, size_t n, size_t p, size_t kw,
+                      const float *taps, float *win);
+/* taps as stored in the checkpoint, [p][kw], to the [kw][p] order above. */
+void kernels_kda_conv_taps(const float *src, size_t p, size_t kw, float *dst);
+
+/* The decay (k3.md §3.3, step 4), in place over n tokens of p channels:
+ * z[t][c] = exp(lower · σ(A[c] · (z[t][c] + dt_bias[c]))), σ(x) = 1/(1 + exp(-x)). */
+void kernels_kda_decay(kernels_pool *pool, float *z, size_t n, size_t p, const float *A,
+                       const float *dt_bias, float lower);
 
 #endif

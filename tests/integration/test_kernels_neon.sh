@@ -7,6 +7,7 @@
 # against scalar and single calls, threads against one thread, the int4
 # quantizer against a hand computation, the expert helper against its
 # composition and batched against one vector at a time.
+# Then the attention family (MLA, KDA step and conv) the same way.
 # Skips when aarch64-linux-gnu-gcc or qemu-aarch64 is missing
 # (apt-get install gcc-aarch64-linux-gnu qemu-user).
 source "$(dirname "$0")/lib.sh"
@@ -238,6 +239,151 @@ int main(void)
 }
 EOF
 
+# The attention family (engine/kernels/attn*.c): MLA (absorbed and
+# expanded), the KDA step, conv and decay on NEON against the scalar reference
+# bit for bit, 2 threads against 1, a chunk against token at a time.
+cat >"$T/attn_check.c" <<'EOF'
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kernels/kernels.h"
+
+static int failures;
+#define CHECK(c, ...) do { if (!(c)) { failures++; printf("FAIL: " __VA_ARGS__); printf("\n"); } } while (0)
+
+static unsigned long long st = 0x9E3779B97F4A7C15ull;
+static unsigned long long rnd(void) { st ^= st << 13; st ^= st >> 7; st ^= st << 17; return st; }
+static float rf(double s) { return (float)(((double)(rnd() >> 11) / 9007199254740992.0 - 0.5) * s); }
+static float *fill(size_t n, double s) { float *x = malloc((n + 1) * sizeof *x); for (size_t i = 0; i < n; i++) x[i] = rf(s); return x; }
+
+/* MLA over P positions, tokens [t0, t0 + cnt) of the last n, qx rows strided. */
+static void mla(kernels_isa isa, kernels_pool *pool, size_t H, size_t kl, size_t rope, size_t P,
+                size_t n, kernels_kv_type ty, const void *c, const void *r, const float *qa,
+                const float *q, size_t t0, size_t cnt, float *ctx)
+{
+    kernels_mla_ws *ws = kernels_mla_ws_new(H, kl, rope, n, 2);
+    kernels_mla a = { H, kl, rope, ty, c, r, P - n + t0, cnt, qa + t0 * H * kl,
+                      q + t0 * H * (rope + 3) + 3, H * (rope + 3), rope + 3, 0.0721f, ctx };
+    kernels_set_isa(isa, NULL);
+    CHECK(kernels_mla_attend(ws, pool, &a, NULL) == 0, "mla rc");
+    kernels_mla_ws_free(ws);
+}
+
+int main(void)
+{
+    static const size_t shapes[][6] = { { 5, 40, 8, 300, 3, 0 }, { 96, 512, 64, 90, 2, 0 },
+                                        { 96, 512, 64, 40, 1, 1 }, { 7, 33, 0, 40, 5, 2 },
+                                        { 22, 100, 12, 270, 2, 0 }, { 17, 48, 16, 60, 19, 1 } };
+    static const size_t kda[][4] = { { 4, 128, 128, 2 }, { 5, 32, 40, 3 }, { 3, 17, 13, 2 } };
+    static const size_t conv[][3] = { { 37, 4, 3 }, { 3000, 4, 2 }, { 10, 1, 2 } };
+    kernels_pool *pool = kernels_pool_new(2);
+
+    CHECK(kernels_init() == KERNELS_ISA_NEON, "picked %s, not neon", kernels_isa_name(kernels_init()));
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        size_t H = shapes[si][0], kl = shapes[si][1], rope = shapes[si][2], P = shapes[si][3];
+        size_t n = shapes[si][4], one = H * kl;
+        kernels_kv_type ty = (kernels_kv_type)shapes[si][5];
+        float *c = fill(P * kl, 4), *r = fill(P * rope, 4), *qa = fill(n * one, 2);
+        float *q = fill(n * H * (rope + 3), 2);
+        void *ct = malloc(P * kl * 4 + 4), *rt = malloc(P * rope * 4 + 4);
+        float *y0 = malloc(n * one * 4), *y1 = malloc(n * one * 4), *y2 = malloc(n * one * 4);
+        kernels_kv_store(ty, c, ct, P * kl);
+        kernels_kv_store(ty, r, rt, P * rope);
+        mla(KERNELS_ISA_SCALAR, NULL, H, kl, rope, P, n, ty, ct, rt, qa, q, 0, n, y0);
+        mla(KERNELS_ISA_NEON, NULL, H, kl, rope, P, n, ty, ct, rt, qa, q, 0, n, y1);
+        mla(KERNELS_ISA_NEON, pool, H, kl, rope, P, n, ty, ct, rt, qa, q, 0, n, y2);
+        CHECK(!memcmp(y0, y1, n * one * 4), "mla shape %zu: neon != scalar", si);
+        CHECK(!memcmp(y1, y2, n * one * 4), "mla shape %zu: 2 threads != 1", si);
+        for (size_t t = 0; t < n; t++) {
+            mla(KERNELS_ISA_NEON, pool, H, kl, rope, P, n, ty, ct, rt, qa, q, t, 1, y2);
+            CHECK(!memcmp(y1 + t * one, y2, one * 4), "mla shape %zu token %zu: chunk != alone", si, t);
+        }
+        free(c); free(r); free(qa); free(q); free(ct); free(rt); free(y0); free(y1); free(y2);
+    }
+    /* the expanded form: NEON vs scalar, 2 threads, token at a time */
+    {
+        size_t H = 4, kl = 32, rope = 8, nope = 16, vd = 24, P = 70, n = 5, one = H * vd;
+        float *c = fill(P * kl, 4), *r = fill(P * rope, 4), *qn = fill(n * H * nope, 2);
+        float *qx = fill(n * H * rope, 2), *w = fill(H * (nope + vd) * kl, 0.4);
+        float *o0 = malloc(n * one * 4), *o1 = malloc(n * one * 4), *o2 = malloc(one * 4);
+        kernels_mla_xws *ws = kernels_mla_xws_new(H, kl, rope, nope, vd, n, 2);
+        kernels_mla_x a = { H, kl, rope, nope, vd, KERNELS_KV_F32, c, r, P - n, n, qn, H * nope,
+                            nope, qx, H * rope, rope, w, 0.0721f, o0 };
+        kernels_set_isa(KERNELS_ISA_SCALAR, NULL);
+        CHECK(kernels_mla_expanded(ws, NULL, &a, NULL) == 0, "expanded rc");
+        kernels_set_isa(KERNELS_ISA_NEON, NULL);
+        a.o = o1;
+        kernels_mla_expanded(ws, pool, &a, NULL);
+        CHECK(!memcmp(o0, o1, n * one * 4), "expanded: neon != scalar");
+        for (size_t t = 0; t < n; t++) {
+            kernels_mla_x b = a;
+            b.pos0 = P - n + t;
+            b.n = 1;
+            b.qn = qn + t * H * nope;
+            b.qx = qx + t * H * rope;
+            b.o = o2;
+            kernels_mla_expanded(ws, NULL, &b, NULL);
+            CHECK(!memcmp(o2, o1 + t * one, one * 4), "expanded token %zu: alone != chunk", t);
+        }
+        kernels_mla_xws_free(ws);
+        free(c); free(r); free(qn); free(qx); free(w); free(o0); free(o1); free(o2);
+    }
+    for (size_t si = 0; si < sizeof kda / sizeof kda[0]; si++) {
+        size_t H = kda[si][0], dk = kda[si][1], dv = kda[si][2], n = kda[si][3], ns = H * dk * dv;
+        float *S = fill(ns, 1), *S0 = malloc(ns * 4), *S1 = malloc(ns * 4);
+        float *qq = fill(n * H * dk, 0.2), *kk = fill(n * H * dk, 0.2), *al = fill(n * H * dk, 0.5);
+        float *vv = fill(n * H * dv, 2), *be = fill(n * H, 0.5), *o0 = malloc(n * H * dv * 4);
+        float *o1 = malloc(n * H * dv * 4);
+        for (size_t i = 0; i < n * H * dk; i++) al[i] += 0.5f;
+        for (size_t i = 0; i < n * H; i++) be[i] += 0.5f;
+        kernels_kda a = { H, dk, dv, S0, n, qq, kk, al, vv, be, o0 };
+        memcpy(S0, S, ns * 4);
+        kernels_set_isa(KERNELS_ISA_SCALAR, NULL);
+        kernels_kda_step(NULL, &a, NULL);
+        kernels_set_isa(KERNELS_ISA_NEON, NULL);
+        memcpy(S1, S, ns * 4);
+        for (size_t t = 0; t < n; t++) {
+            kernels_kda b = { H, dk, dv, S1, 1, qq + t * H * dk, kk + t * H * dk, al + t * H * dk,
+                              vv + t * H * dv, be + t * H, o1 + t * H * dv };
+            kernels_kda_step(pool, &b, NULL);
+        }
+        CHECK(!memcmp(S0, S1, ns * 4) && !memcmp(o0, o1, n * H * dv * 4), "kda shape %zu: neon != scalar", si);
+        free(S); free(S0); free(S1); free(qq); free(kk); free(al); free(vv); free(be); free(o0); free(o1);
+    }
+    for (size_t si = 0; si < sizeof conv / sizeof conv[0]; si++) {
+        size_t p = conv[si][0], kw = conv[si][1], n = conv[si][2], nw = (kw - 1) * p + 1;
+        float *taps = fill(kw * p, 1), *x = fill(n * p, 4), *w = fill(nw, 4);
+        float *x0 = malloc(n * p * 4), *x1 = malloc(n * p * 4), *w0 = malloc(nw * 4), *w1 = malloc(nw * 4);
+        memcpy(x0, x, n * p * 4); memcpy(w0, w, nw * 4);
+        memcpy(x1, x, n * p * 4); memcpy(w1, w, nw * 4);
+        kernels_set_isa(KERNELS_ISA_SCALAR, NULL);
+        kernels_kda_conv(NULL, x0, n, p, kw, taps, w0);
+        kernels_set_isa(KERNELS_ISA_NEON, NULL);
+        kernels_kda_conv(pool, x1, n, p, kw, taps, w1);
+        CHECK(!memcmp(x0, x1, n * p * 4) && !memcmp(w0, w1, (nw - 1) * 4), "conv case %zu: neon != scalar", si);
+        free(taps); free(x); free(w); free(x0); free(x1); free(w0); free(w1);
+    }
+    {
+        size_t p = 3001, n = 2;
+        float *z = fill(n * p, 12), *A = fill(p, 2), *dt = fill(p, 1);
+        float *z0 = malloc(n * p * 4), *z1 = malloc(n * p * 4);
+        memcpy(z0, z, n * p * 4);
+        memcpy(z1, z, n * p * 4);
+        kernels_set_isa(KERNELS_ISA_SCALAR, NULL);
+        kernels_kda_decay(NULL, z0, n, p, A, dt, -5.0f);
+        kernels_set_isa(KERNELS_ISA_NEON, NULL);
+        kernels_kda_decay(pool, z1, n, p, A, dt, -5.0f);
+        CHECK(!memcmp(z0, z1, n * p * 4), "decay: neon != scalar");
+        free(z); free(A); free(dt); free(z0); free(z1);
+    }
+    kernels_pool_free(pool);
+    printf("attn neon check: %d failure(s)\n", failures);
+    return failures != 0;
+}
+EOF
+
 cd "$ROOT" || fail "no repo root"
 srcs=(engine/kernels/*.c common/err.c "$T/neon_check.c")
 check "$CC_A64" -std=c11 -Wall -Wextra -Wshadow -Werror -O2 -D_GNU_SOURCE -pthread -I. \
@@ -246,4 +392,11 @@ check "$CC_A64" -std=c11 -Wall -Wextra -Wshadow -Werror -O2 -D_GNU_SOURCE -pthre
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || fail "NEON self-check failed under qemu (exit $rc)"
 grep -q '^neon check: 0 failure' "$T/out.txt" || fail "no success line"
-echo "neon kernels OK under qemu-aarch64"
+check "$CC_A64" -std=c11 -Wall -Wextra -Wshadow -Werror -O2 -D_GNU_SOURCE -pthread -I. \
+    -static -o "$T/attn_check" engine/kernels/*.c common/err.c "$T/attn_check.c" -lm \
+    "cross-build the attention check for aarch64"
+"$QEMU" "$T/attn_check" | tee "$T/attn_out.txt"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || fail "NEON attention self-check failed under qemu (exit $rc)"
+grep -q '^attn neon check: 0 failure' "$T/attn_out.txt" || fail "no attention success line"
+echo "neon kernels and attention OK under qemu-aarch64"
