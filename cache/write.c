@@ -14,6 +14,9 @@
  *                  |  \--checkpoint: fsync + partial row (durable = pos)
  *                  |--pause--> fsync + partial row, freed (resumable)
  *                  |--abort / any failure--> tmp file removed, freed
+ *                  \--adopt: the file was filled through another descriptor
+ *                     (a worker, a PUT_BEGIN client): size check, hash, fsync;
+ *                     commit then skips its fsync (cache.h, "Threads" rule 4)
  *
  * Commit order (docs/cache-format.md, "A crash at each step"):
  *   1 fsync the tmp file   2 rename into blobs/   3 one transaction:

@@ -44,7 +44,8 @@ static void usage(FILE *out)
 "  open MODEL            OPEN alone: prints the time it took and its progress\n"
 "  put MODEL NAME FILE   store FILE as a derived object (PUT; --begin: PUT_BEGIN,\n"
 "                        write, PUT_COMMIT; --abort: PUT_BEGIN then abandon;\n"
-"                        --leave-after-begin: PUT_BEGIN, half the bytes, exit)\n"
+"                        --leave-after-begin: PUT_BEGIN, half the bytes, exit;\n"
+"                        --bad-hash: announce a hash the bytes do not have)\n"
 "  ping                  STATS every --interval MS (default 50) until SIGTERM or\n"
 "                        --seconds S; prints \"pings N p50_ms A p99_ms B max_ms C\"\n"
 "  --progress            print each PROGRESS frame (\"progress PHASE DONE/TOTAL\")\n"
@@ -62,7 +63,7 @@ static void usage(FILE *out)
 
 typedef struct run {
     shoal_client *c;
-    int prio, wait, cancel, shallow, put_mode, progress;
+    int prio, wait, cancel, shallow, put_mode, progress, bad_hash;
     long interval_ms, seconds;
     const char *query;
     size_t batch;
@@ -408,6 +409,8 @@ static int do_put(run *r, const char *model, const char *name, const char *path,
     rc = open_model(r, model, &handle, err);
     if (rc == 0 && (rc = file_xxh(fd, (uint64_t)st.st_size, xxh)) != 0)
         shoal_err_set(err, rc, "put: reading %s", path);
+    if (r->bad_hash)
+        xxh[7] ^= 1;   /* a client whose bytes do not match what it announces */
     t0 = now_ms();
     if (rc == 0 && r->put_mode == 0) {
         rc = shoal_client_put(r->c, handle, name, fd, (uint64_t)st.st_size, xxh, err);
@@ -619,6 +622,8 @@ int main(int argc, char **argv)
             r.put_mode = 2;
         } else if (strcmp(a, "--leave-after-begin") == 0) {
             r.put_mode = 3;
+        } else if (strcmp(a, "--bad-hash") == 0) {
+            r.bad_hash = 1;
         } else if (strcmp(a, "--interval") == 0 && more) {
             r.interval_ms = strtol(argv[++i], NULL, 10);
         } else if (strcmp(a, "--seconds") == 0 && more) {

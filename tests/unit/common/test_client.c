@@ -70,6 +70,64 @@ static void send_item(int s, shoal_msg_builder *m, uint64_t id, uint16_t idx, in
         close(fd);
 }
 
+/* The version-2 requests of the script: a VERIFY that takes 1.2 s with
+ * PROGRESS on the way, PUT_BEGIN and PUT_COMMIT.  1 when h was one. */
+static int fake_v2(fake *f, int s, shoal_msg_builder *m, const shoal_msg_header *h,
+                   shoal_msg_reader *r)
+{
+    if (h->type == SHOAL_MSG_VERIFY) {
+        /* eight PROGRESS frames 150 ms apart, then the answer: 1.2 s after
+         * a request whose client waits 400 ms */
+        for (uint64_t i = 1; i <= 8; i++) {
+            sleep_ms(150);
+            shoal_msg_begin(m, SHOAL_MSG_PROGRESS, 0, h->id);
+            shoal_msg_put_u64(m, i);
+            shoal_msg_put_u64(m, 8);
+            shoal_msg_put_str(m, "verify", 6);
+            reply(s, m, -1);
+        }
+        shoal_msg_begin(m, SHOAL_MSG_JSON, SHOAL_MSG_F_LAST, h->id);
+        shoal_msg_put_str32(m, "{}", 2);
+        reply(s, m, -1);
+        return 1;
+    }
+    if (h->type == SHOAL_MSG_PUT_BEGIN) {
+        char p[] = "/tmp/shoal-client-put-XXXXXX";
+        uint64_t len;
+        shoal_rd_u32(r);
+        shoal_rd_str(r, &(size_t){ 0 });
+        len = shoal_rd_u64(r);
+        if (f->put_file >= 0)
+            close(f->put_file);
+        f->put_file = mkstemp(p);
+        unlink(p);
+        shoal_msg_begin(m, SHOAL_MSG_PUT_READY, SHOAL_MSG_F_FD | SHOAL_MSG_F_LAST, h->id);
+        shoal_msg_put_u64(m, 9);
+        shoal_msg_put_u64(m, len);
+        reply(s, m, f->put_file);
+        return 1;
+    }
+    if (h->type == SHOAL_MSG_PUT_COMMIT) {
+        /* OK when the client wrote "zero-copy!" into PUT_BEGIN's file and
+         * commits put 9 with the hash it announced; abandon is OK too */
+        uint64_t id = shoal_rd_u64(r);
+        uint8_t keep = shoal_rd_u8(r);
+        const uint8_t *x = shoal_rd_bytes(r, 16);
+        char content[16] = { 0 };
+        int ok = shoal_rd_finish(r) == 0 && id == 9 &&
+                 (keep == 0 || (x[0] == 0x5a && pread(f->put_file, content, 10, 0) == 10 &&
+                                strcmp(content, "zero-copy!") == 0));
+        shoal_msg_begin(m, ok ? SHOAL_MSG_OK : SHOAL_MSG_ERROR, SHOAL_MSG_F_LAST, h->id);
+        if (!ok) {
+            shoal_msg_put_i32(m, SHOAL_ECORRUPT);
+            shoal_msg_put_str(m, "bad commit", 10);
+        }
+        reply(s, m, -1);
+        return 1;
+    }
+    return 0;
+}
+
 /* Serves one connection following a fixed script. */
 static void *fake_main(void *arg)
 {
@@ -85,6 +143,8 @@ static void *fake_main(void *arg)
     while (shoal_msg_recv(s, &h, &body, &fd, 5000, NULL) == 0) {
         shoal_msg_reader r;
         shoal_rd_init(&r, body.data, body.len);
+        if (fake_v2(f, s, &m, &h, &r))
+            goto next;
         switch (h.type) {
         case SHOAL_MSG_HELLO:
             shoal_msg_begin(&m, SHOAL_MSG_HELLO_OK, 0, h.id);
@@ -174,54 +234,6 @@ static void *fake_main(void *arg)
             reply(s, &m, -1);
             break;
         }
-        case SHOAL_MSG_VERIFY:
-            /* A long call: eight PROGRESS frames 150 ms apart, then the
-             * answer, 1.2 s after a request whose client waits 400 ms. */
-            for (uint64_t i = 1; i <= 8; i++) {
-                sleep_ms(150);
-                shoal_msg_begin(&m, SHOAL_MSG_PROGRESS, 0, h.id);
-                shoal_msg_put_u64(&m, i);
-                shoal_msg_put_u64(&m, 8);
-                shoal_msg_put_str(&m, "verify", 6);
-                reply(s, &m, -1);
-            }
-            shoal_msg_begin(&m, SHOAL_MSG_JSON, SHOAL_MSG_F_LAST, h.id);
-            shoal_msg_put_str32(&m, "{}", 2);
-            reply(s, &m, -1);
-            break;
-        case SHOAL_MSG_PUT_BEGIN: {
-            char p[] = "/tmp/shoal-client-put-XXXXXX";
-            shoal_rd_u32(&r);
-            shoal_rd_str(&r, &(size_t){ 0 });
-            uint64_t len = shoal_rd_u64(&r);
-            if (f->put_file >= 0)
-                close(f->put_file);
-            f->put_file = mkstemp(p);
-            unlink(p);
-            shoal_msg_begin(&m, SHOAL_MSG_PUT_READY, SHOAL_MSG_F_FD | SHOAL_MSG_F_LAST, h.id);
-            shoal_msg_put_u64(&m, 9);
-            shoal_msg_put_u64(&m, len);
-            reply(s, &m, f->put_file);
-            break;
-        }
-        case SHOAL_MSG_PUT_COMMIT: {
-            /* OK when the client wrote "zero-copy!" into PUT_BEGIN's file and
-             * commits put 9 with the hash it announced; abandon is OK too */
-            uint64_t id = shoal_rd_u64(&r);
-            uint8_t keep = shoal_rd_u8(&r);
-            const uint8_t *x = shoal_rd_bytes(&r, 16);
-            char content[16] = { 0 };
-            int ok = shoal_rd_finish(&r) == 0 && id == 9 &&
-                     (keep == 0 || (x[0] == 0x5a && pread(f->put_file, content, 10, 0) == 10 &&
-                                    strcmp(content, "zero-copy!") == 0));
-            shoal_msg_begin(&m, ok ? SHOAL_MSG_OK : SHOAL_MSG_ERROR, SHOAL_MSG_F_LAST, h.id);
-            if (!ok) {
-                shoal_msg_put_i32(&m, SHOAL_ECORRUPT);
-                shoal_msg_put_str(&m, "bad commit", 10);
-            }
-            reply(s, &m, -1);
-            break;
-        }
         default: {
             const char *msg = "not supported by the test daemon";
             shoal_msg_begin(&m, SHOAL_MSG_ERROR, SHOAL_MSG_F_LAST, h.id);
@@ -230,6 +242,7 @@ static void *fake_main(void *arg)
             reply(s, &m, -1);
         }
         }
+    next:
         if (fd >= 0)
             close(fd);
     }
