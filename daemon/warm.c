@@ -8,7 +8,8 @@
  * rewritten atomically on state changes and every WARM_SAVE_EVERY objects.
  * After a restart (or a crash) every job not finished is resumed: its
  * list is rebuilt and the objects already cached are skipped, so it costs
- * one lookup per object done before.
+ * one lookup per object done before.  Opening the job's model and the top-N
+ * selection (a sort of every expert's counters) run on workers (work.c).
  *
  * Does not own transfers (sched.c) or the job's counters in the cache.
  */
@@ -45,6 +46,7 @@ struct warm_job {
     size_t   npairs;
     model   *m;                    /* NULL until (re)opened */
     int      opening;              /* its model is being opened on a worker */
+    int      top_running, top_ready;   /* selection 3: the pairs, on a worker */
     objref  *items;
     size_t   nitems, cursor;
     waiter   w[WARM_WINDOW];
@@ -66,6 +68,8 @@ struct warm {
 };
 
 static void job_pump(struct warm *W, warm_job *j);
+static void job_begin(struct warm *W, warm_job *j);
+static void job_save(struct warm *W, warm_job *j);
 
 /* ---- persistence ------------------------------------------------------------- */
 
@@ -136,53 +140,129 @@ static int heat_row(const cache_stats_row *r, void *ctx)
     return 0;
 }
 
-static int heat_cmp(const void *a, const void *b)
+static int heat_by_key(const void *a, const void *b)
 {
     const heat *x = a, *y = b;
-    return x->n < y->n ? 1 : x->n > y->n ? -1 : 0;
+    if (x->layer != y->layer)
+        return x->layer < y->layer ? -1 : 1;
+    return x->expert < y->expert ? -1 : x->expert > y->expert;
 }
 
-/* Selection 3: the N experts with the most requests (both tiers). */
-static int top_pairs(struct warm *W, warm_job *j, shoal_err *err)
+static int heat_by_count(const void *a, const void *b)
 {
+    const heat *x = a, *y = b;
+    if (x->n != y->n)
+        return x->n < y->n ? 1 : -1;
+    return heat_by_key(a, b);
+}
+
+/* Selection 3 ("top N by heat") reads every expert's counters — 82,432
+ * rows of two tiers for K3 — and sorts them: a worker's job, on a side
+ * handle (the loop flushed the counters first).  The model is held by the
+ * job (j->m), and a manifest does not change once installed, so the
+ * worker may read it. */
+typedef struct top_job {
+    work      w;                   /* first */
+    warm_job *j;
+    int64_t   model_id;
+    const manifest *man;
+    uint32_t  want;
+    int32_t  *pairs;
+    size_t    npairs;
+    int       rc;
+    shoal_err err;
+} top_job;
+
+static void top_run(work *w)
+{
+    top_job *t = (top_job *)w;
+    cache_config cc;
+    cache *side = NULL;
     shoal_buf b;
     heat *h;
-    size_t n, k = 0;
-    int rc;
+    size_t n = 0, k = 0;
 
     shoal_buf_init(&b, 0);
-    rc = cache_stats_query(W->d->cache, CACHE_STATS_EXPERT, j->m->model_id, heat_row, &b, err);
-    if (rc) {
-        shoal_buf_free(&b);
-        return rc;
-    }
+    cache_config_default(&cc);
+    cc.read_only = CACHE_OPEN_SIDE;
+    t->rc = cache_open(w->d->cfg.home, &cc, &side, NULL, &t->err);
+    if (t->rc == 0)
+        t->rc = cache_stats_query(side, CACHE_STATS_EXPERT, t->model_id, heat_row, &b, &t->err);
+    cache_close(side);
     h = (heat *)b.data;
-    n = b.len / sizeof *h;
-    qsort(h, n, sizeof *h, heat_cmp);
-    /* a (layer, expert) counted in two tiers appears twice: merge-free
-     * approximation is fine for choosing, duplicates are dropped below. */
-    free(j->pairs);
-    j->pairs = calloc(2 * (n ? n : 1), sizeof *j->pairs);
-    if (!j->pairs) {
-        shoal_buf_free(&b);
-        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    if (t->rc == 0 && b.len) {
+        /* one row per (layer, expert): the two tiers' requests added */
+        n = b.len / sizeof *h;
+        qsort(h, n, sizeof *h, heat_by_key);
+        for (size_t i = 0; i < n; i++) {
+            if (k && h[k - 1].layer == h[i].layer && h[k - 1].expert == h[i].expert)
+                h[k - 1].n += h[i].n;
+            else
+                h[k++] = h[i];
+        }
+        n = k;
+        qsort(h, n, sizeof *h, heat_by_count);
     }
-    for (size_t i = 0; i < n && k < j->a; i++) {
-        int dup = 0;
-        for (size_t q = 0; q < k && !dup; q++)
-            dup = j->pairs[2 * q] == h[i].layer && j->pairs[2 * q + 1] == h[i].expert;
-        if (dup || !manifest_expert_find(j->m->man, (uint32_t)h[i].layer, (uint32_t)h[i].expert))
+    if (t->rc == 0 && !(t->pairs = calloc(2 * (n ? n : 1), sizeof *t->pairs)))
+        t->rc = shoal_err_set(&t->err, SHOAL_ENOMEM, "out of memory");
+    for (size_t i = 0; t->rc == 0 && i < n && t->npairs < t->want; i++) {
+        if (h[i].layer < 0 || h[i].expert < 0 ||
+            !manifest_expert_find(t->man, (uint32_t)h[i].layer, (uint32_t)h[i].expert))
             continue;
-        j->pairs[2 * k] = h[i].layer;
-        j->pairs[2 * k + 1] = h[i].expert;
-        k++;
+        t->pairs[2 * t->npairs] = h[i].layer;
+        t->pairs[2 * t->npairs + 1] = h[i].expert;
+        t->npairs++;
     }
-    j->npairs = k;
     shoal_buf_free(&b);
+}
+
+static void top_done(work *w)
+{
+    top_job *t = (top_job *)w;
+    warm_job *j = t->j;
+
+    j->top_running = 0;
+    if (!w->d->stopping) {
+        if (t->rc) {
+            j->errors++;
+            snprintf(j->last_error, sizeof j->last_error, "%s", t->err.msg);
+            j->state = JOB_FAILED;
+            job_save(j->W, j);
+        } else {
+            free(j->pairs);
+            j->pairs = t->pairs;
+            j->npairs = t->npairs;
+            t->pairs = NULL;
+            j->top_ready = 1;
+            job_begin(j->W, j);
+        }
+    }
+    free(t->pairs);
+    free(t);
+}
+
+/* Start the selection on a worker; job_begin goes on when it ends. */
+static int top_start(struct warm *W, warm_job *j, shoal_err *err)
+{
+    top_job *t = calloc(1, sizeof *t);
+    if (!t)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    if (cache_flush(W->d->cache, err) != 0) {   /* the worker reads flushed counters */
+        free(t);
+        return err->code;
+    }
+    t->j = j;
+    t->model_id = j->m->model_id;
+    t->man = j->m->man;
+    t->want = j->a;
+    t->w.run = top_run;
+    t->w.done = top_done;
+    j->top_running = 1;
+    work_post(W->d, &t->w);
     return 0;
 }
 
-static int job_build(struct warm *W, warm_job *j, shoal_err *err)
+static int job_build(warm_job *j, shoal_err *err)
 {
     fetch_selection sel = { 0, 0, 0, -1, -1, NULL, 0 };
     fetch_item *it = NULL;
@@ -199,10 +279,7 @@ static int job_build(struct warm *W, warm_job *j, shoal_err *err)
         sel.layer_first = (int32_t)j->a;
         sel.layer_last = (int32_t)j->b;
         break;
-    case 3:
-        rc = top_pairs(W, j, err);
-        if (rc)
-            return rc;
+    case 3:   /* top_start computed the pairs */
         sel.pairs = j->pairs;
         sel.npairs = j->npairs;
         break;
@@ -357,7 +434,16 @@ static void job_begin(struct warm *W, warm_job *j)
             return;
         }
     }
-    if (job_build(W, j, &err) != 0) {
+    if (j->selection == 3 && !j->top_ready) {
+        if (!j->top_running && top_start(W, j, &err) != 0) {
+            j->errors++;
+            snprintf(j->last_error, sizeof j->last_error, "%s", err.msg);
+            j->state = JOB_FAILED;
+            job_save(W, j);
+        }
+        return;   /* top_done goes on */
+    }
+    if (job_build(j, &err) != 0) {
         j->errors++;
         snprintf(j->last_error, sizeof j->last_error, "%s", err.msg);
         j->state = JOB_FAILED;
