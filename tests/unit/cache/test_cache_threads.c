@@ -210,7 +210,7 @@ static void test_verify_halves(void **state)
     cache_names nm = { "h", "org/v", "main", "c", "f", NULL, 0, 1 };
 
     for (int i = 0; i < 4; i++) {
-        char e[8];
+        char e[16];
         snprintf(e, sizeof e, "o%d", i);
         assert_int_equal(tu_write_obj(f->c, e, 0, 30000, CACHE_KIND_EXPERT, &nm, 7000, &err), 0);
     }
@@ -247,7 +247,7 @@ static void test_gc_steps(void **state)
     int done = 0, steps = 0;
 
     for (int i = 0; i < 20; i++) {
-        char e[8];
+        char e[16];
         snprintf(e, sizeof e, "g%d", i);
         assert_int_equal(tu_write_obj(f->c, e, 0, 1 << 20, CACHE_KIND_EXPERT, NULL, 1 << 20,
                                       &err), 0);
