@@ -498,9 +498,31 @@ static int op_pin(conn *c, const daemon_request *rq)
  * unlinked on a worker), VERIFY reads every blob on a worker (side handle)
  * and the loop removes what was bad, DAEMON_REMOVE_STEP objects a step. */
 
-typedef struct gc_job {
-    work     w;                    /* first: steps only, no run() */
+/* A long request's job: `size` bytes whose first members are a work and
+ * a pending (the request waiting, with the job's progress).  NULL, with
+ * the ERROR sent, when out of memory. */
+typedef struct long_call {
+    work     w;
     pending *p;
+} long_call;
+
+static void *long_call_new(conn *c, uint64_t id, size_t size)
+{
+    shoal_err err = { 0 };
+    long_call *x = calloc(1, size);
+    if (x && !(x->p = pending_new(c, id, &x->w.prog))) {
+        free(x);
+        x = NULL;
+    }
+    if (!x) {
+        shoal_err_set(&err, SHOAL_ENOMEM, "out of memory");
+        ops_fail(c, id, &err);
+    }
+    return x;
+}
+
+typedef struct gc_job {
+    long_call lc;                  /* first: steps only, no run() */
     uint64_t max;
     cache_gc_state st;
 } gc_job;
@@ -509,17 +531,17 @@ static void gc_reply(shoald *d, gc_job *g, int rc, const shoal_err *err)
 {
     shoal_buf out;
     shoal_err e = { 0 };
-    if (g->p->c) {
+    if (g->lc.p->c) {
         shoal_buf_init(&out, SHOAL_PROTO_MAX_BODY - 4);
         if (rc == 0 && (rc = cache_gc_json(d->cache, &g->st, &out, &e)) != 0)
             err = &e;
         if (rc)
-            ops_fail(g->p->c, g->p->id, err);
+            ops_fail(g->lc.p->c, g->lc.p->id, err);
         else
-            conn_send_json(g->p->c, g->p->id, &out);
+            conn_send_json(g->lc.p->c, g->lc.p->id, &out);
         shoal_buf_free(&out);
     }
-    pending_end(d, g->p);
+    pending_end(d, g->lc.p);
     free(g);
 }
 
@@ -545,26 +567,17 @@ static void gc_step(work *w)
 
 static int op_gc(conn *c, const daemon_request *rq)
 {
-    shoal_err err = { 0 };
-    gc_job *g = calloc(1, sizeof *g);
-
-    if (g && !(g->p = pending_new(c, rq->id, &g->w.prog))) {
-        free(g);
-        g = NULL;
-    }
-    if (!g) {
-        shoal_err_set(&err, SHOAL_ENOMEM, "out of memory");
-        return ops_fail(c, rq->id, &err), 0;
-    }
+    gc_job *g = long_call_new(c, rq->id, sizeof *g);
+    if (!g)
+        return 0;
     g->max = rq->u64;
-    g->w.done = gc_step;
-    work_step(c->d, &g->w);
+    g->lc.w.done = gc_step;
+    work_step(c->d, &g->lc.w);
     return 0;
 }
 
 typedef struct verify_job {
-    work     w;                    /* first */
-    pending *p;
+    long_call lc;                  /* first */
     char     spec[SHOAL_PROTO_MAX_STR + 1];
     int      deep;
     /* the worker's results */
@@ -580,8 +593,8 @@ typedef struct verify_job {
 static int verify_progress(void *ctx, uint64_t done, uint64_t total)
 {
     verify_job *v = ctx;
-    work_progress_set(&v->w.prog, v->deep > 1 ? "deep" : "verify", done, total);
-    return atomic_load(&v->w.stop) ? 1 : 0;
+    work_progress_set(&v->lc.w.prog, v->deep > 1 ? "deep" : "verify", done, total);
+    return atomic_load(&v->lc.w.stop) ? 1 : 0;
 }
 
 /* Where the next issue quarantines and fetches again; today: the log. */
@@ -614,7 +627,7 @@ static void verify_run(work *w)
 
 static void verify_free(shoald *d, verify_job *v)
 {
-    pending_end(d, v->p);
+    pending_end(d, v->lc.p);
     cache_verify_list_free(&v->bad);
     shoal_buf_free(&v->bad_files);
     free(v);
@@ -643,15 +656,15 @@ static void verify_done(work *w)
             return;
         }
     }
-    if (v->p->c) {
+    if (v->lc.p->c) {
         shoal_buf_init(&out, SHOAL_PROTO_MAX_BODY - 4);
         if (v->rc == 0)
             v->rc = cache_verify_json(d->cache, v->spec, &v->tot, v->deep ? &v->dr : NULL,
                                       &v->bad_files, &out, &v->err);
         if (v->rc)
-            ops_fail(v->p->c, v->p->id, &v->err);
+            ops_fail(v->lc.p->c, v->lc.p->id, &v->err);
         else
-            conn_send_json(v->p->c, v->p->id, &out);
+            conn_send_json(v->lc.p->c, v->lc.p->id, &out);
         shoal_buf_free(&out);
     }
     verify_free(d, v);
@@ -659,23 +672,15 @@ static void verify_done(work *w)
 
 static int op_verify(conn *c, const daemon_request *rq)
 {
-    shoal_err err = { 0 };
-    verify_job *v = calloc(1, sizeof *v);
-
-    if (v && !(v->p = pending_new(c, rq->id, &v->w.prog))) {
-        free(v);
-        v = NULL;
-    }
-    if (!v) {
-        shoal_err_set(&err, SHOAL_ENOMEM, "out of memory");
-        return ops_fail(c, rq->id, &err), 0;
-    }
+    verify_job *v = long_call_new(c, rq->id, sizeof *v);
+    if (!v)
+        return 0;
     snprintf(v->spec, sizeof v->spec, "%s", rq->text);
     v->deep = rq->priority != 0;
     shoal_buf_init(&v->bad_files, 0);
-    v->w.run = verify_run;
-    v->w.done = verify_done;
-    work_post(c->d, &v->w);
+    v->lc.w.run = verify_run;
+    v->lc.w.done = verify_done;
+    work_post(c->d, &v->lc.w);
     return 0;
 }
 
