@@ -22,10 +22,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#define KEEP_STEP 16              /* commits per loop step (K3: 97 objects) */
+
 typedef struct keep_job {
     work          w;               /* first */
     fetch_keep   *k;
-    size_t        n;
+    size_t        n, next;         /* items; the first not committed yet */
+    size_t        stored;
     cache_writer **wr;             /* per item; NULL: nothing to write */
     int          *rc;              /* per item, from the worker */
     char        (*msg)[SHOAL_ERR_MSG_MAX];
@@ -72,14 +75,15 @@ static void keep_run(work *w)
     }
 }
 
-/* Loop: commit what was written, record everything that is cached. */
+/* Loop: commit what was written and record everything that is cached,
+ * KEEP_STEP items a step (each commit is a rename and a transaction). */
 static void keep_done(work *w)
 {
     keep_job *j = (keep_job *)w;
     shoald *d = w->d;
-    size_t stored = 0;
+    size_t end = j->next + KEEP_STEP < j->n ? j->next + KEEP_STEP : j->n;
 
-    for (size_t i = 0; i < j->n && !d->stopping; i++) {
+    for (size_t i = j->next; i < end && !d->stopping; i++) {
         const fetch_keep_item *it = fetch_keep_at(j->k, i);
         shoal_err e = { 0 };
         int rc = j->rc[i];
@@ -91,7 +95,7 @@ static void keep_done(work *w)
                 snprintf(e.msg, sizeof e.msg, "%s", j->msg[i]);
             } else {
                 rc = cache_write_commit(wr, NULL, &e);
-                stored += rc == 0;
+                j->stored += rc == 0;
             }
         } else if (rc) {
             snprintf(e.msg, sizeof e.msg, "%s", j->msg[i]);
@@ -103,9 +107,14 @@ static void keep_done(work *w)
                      (unsigned long long)it->key.offset, (unsigned long long)it->key.length,
                      e.msg);
     }
-    if (stored)
+    j->next = end;
+    if (j->next < j->n && !d->stopping) {
+        work_step(d, w);
+        return;
+    }
+    if (j->stored)
         LOG_INFO("keep", "stored %zu objects a manifest build read (manifest, shard headers)",
-                 stored);
+                 j->stored);
     keep_free(j);
 }
 
