@@ -26,11 +26,12 @@ LDFLAGS   += -pthread $(SANITIZE)
 LDLIBS    += -lm
 
 # ---- components (static libraries) --------------------------------------
-COMPONENTS := common fetcher cache engine
+COMPONENTS := common fetcher cache engine synth
 common_SRC  := $(wildcard common/*.c)
 fetcher_SRC := $(wildcard fetcher/*.c)
 cache_SRC   := $(wildcard cache/*.c)
 engine_SRC  := $(filter-out engine/main.c,$(wildcard engine/*.c engine/kernels/*.c))
+synth_SRC   := $(wildcard synth/*.c)
 
 # Per-file flags: ISA variants of the kernels are compiled for their ISA
 # only; the code that calls them checks the CPU once at start-up.
@@ -53,8 +54,9 @@ LIBS_common   := common
 LIBS_fetcher  := fetcher cache common
 LIBS_cache    := cache common
 LIBS_engine   := engine common
-LIBS_mkmodel  := common
-LIBS_hubmock  := common
+LIBS_synth    := synth common
+LIBS_mkmodel  := synth common
+LIBS_hubmock  := synth common
 LIBS_stinfo   := common
 LIBS_hubget   := fetcher common
 LIBS_shoal-fetch := fetcher cache common

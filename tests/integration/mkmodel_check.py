@@ -2,7 +2,7 @@
 """mkmodel_check.py — independent checker of a model directory written by
 tools/mkmodel (docs/mkmodel.md, k3.md §2/§6).
 
-    mkmodel_check.py DIR [--stinfo BIN]
+    mkmodel_check.py DIR [--stinfo BIN] [--layout-only]
 
 Parses the safetensors shards with its own reader (not fetcher/), derives the
 expected tensor list from config.json alone, and checks: header framing
@@ -13,6 +13,9 @@ back to back, 3*I*L*17/32 bytes, each layer's experts one run in
 lexicographic name order), the tokenizer files, value ranges, and exact
 values of sample tensors recomputed from the seed rule.  With --stinfo it
 also compares bin/stinfo's listing of every shard with its own.
+--layout-only skips the values (a directory written with --headers-only).
+The k3 preset adds its 168 vision tensors (docs/mkmodel.md) in two shards
+after the globals, 8-bytes-a-draw expert bytes and a padded tokenizer.
 Exits 0 when everything holds, 1 with the list of failures otherwise.
 """
 import base64
@@ -44,6 +47,12 @@ def fnv1a64(s):
     for b in s.encode():
         h = ((h ^ b) * 0x100000001b3) & M64
     return h
+
+
+def packed8(name, seed, n):
+    """The first n bytes of a k3 expert record: byte i of draw i // 8."""
+    return [(x >> (8 * (i % 8))) & 255 for i, x in
+            enumerate(d for d in draws(name, seed, (n + 7) // 8) for _ in range(8))][:n]
 
 
 def draws(name, seed, n):
@@ -148,8 +157,54 @@ def expected_tensors(cfg):
     add(PFX + "model.output_attn_res_norm.weight", "BF16", [H], "norm")
     add(PFX + "model.output_attn_res_proj.weight", "BF16", [1, H], "res_proj")
     add(PFX + "lm_head.weight", "BF16", [V, H], "matrix")
-    add("vision_tower.dummy", "BF16", [4, 8], "matrix")
+    if k3(cfg):
+        vision_tensors(add, H)
+    else:
+        add("vision_tower.dummy", "BF16", [4, 8], "matrix")
     return exp
+
+
+def k3(cfg):
+    return cfg.get("mkmodel_preset") == "k3"
+
+
+def vision_tensors(add, H):
+    """The k3 preset's vision tower and projector, as docs/mkmodel.md lists them."""
+    VH, VI = 1152, 4304
+    add("vision_tower.patch_embed.proj.weight", "BF16", [VH, 3, 14, 14], "matrix")
+    add("vision_tower.patch_embed.proj.bias", "BF16", [VH], "bias")
+    add("vision_tower.patch_embed.pos_emb.weight", "BF16", [64, 64, VH], "matrix")
+    add("vision_tower.patch_embed.pos_emb.time_weight", "BF16", [4, VH], "matrix")
+    for b in range(13):
+        p = "vision_tower.encoder.blocks.%d." % b
+        for n in ("norm0", "norm1"):
+            add(p + n + ".weight", "BF16", [VH], "norm")
+            add(p + n + ".bias", "BF16", [VH], "bias")
+        for n, o, i in (("wqkv", 3 * VH, VH), ("wo", VH, VH), ("mlp.fc0", VI, VH), ("mlp.fc1", VH, VI)):
+            add(p + n + ".weight", "BF16", [o, i], "matrix")
+            add(p + n + ".bias", "BF16", [o], "bias")
+    add("vision_tower.encoder.final_layernorm.weight", "BF16", [VH], "norm")
+    add("vision_tower.encoder.final_layernorm.bias", "BF16", [VH], "bias")
+    add("mm_projector.pre_norm.weight", "BF16", [VH], "norm")
+    add("mm_projector.pre_norm.bias", "BF16", [VH], "bias")
+    add("mm_projector.linear_1.weight", "BF16", [4 * VH, 4 * VH], "matrix")
+    add("mm_projector.linear_1.bias", "BF16", [4 * VH], "bias")
+    add("mm_projector.linear_2.weight", "BF16", [H, 4 * VH], "matrix")
+    add("mm_projector.linear_2.bias", "BF16", [H], "bias")
+
+
+def shard_of(name, shards, nl, per):
+    """The shard a tensor must be in: its layer's, the globals' (after the
+    layers) or, for k3's vision tensors, one of the two last."""
+    m = re.match(r"language_model\.model\.layers\.(\d+)\.", name)
+    if m:
+        return shards[int(m.group(1)) // per]
+    g = (nl + per - 1) // per
+    if name.startswith(("vision_tower.", "mm_projector.")) and len(shards) == g + 3:
+        b = re.match(r"vision_tower\.encoder\.blocks\.(\d+)\.", name)
+        late = name.startswith(("mm_projector.", "vision_tower.encoder.final_")) or (b and int(b.group(1)) >= 7)
+        return shards[g + 2 if late else g + 1]
+    return shards[g]
 
 
 # ---- our own safetensors reader ---------------------------------------------
@@ -200,7 +255,7 @@ def as_f32(dt, raw):
 
 
 # ---- checks ---------------------------------------------------------------
-def check_values(d, where, exp, seed, t):
+def check_values(d, where, exp, seed, t, k3_cfg):
     """Ranges over whole tensors and exact recomputed values of their first elements."""
     per_class = {}
     for name, (dt, shape, recipe) in sorted(exp.items()):
@@ -213,6 +268,12 @@ def check_values(d, where, exp, seed, t):
             k = min(64, int(np.prod(shape, dtype=np.int64)))
             xs = draws(name, seed, k)
             us = [(x >> 40) * 2.0 ** -24 for x in xs]
+            if recipe in ("packed", "scale") and k3_cfg:
+                v = np.frombuffer(raw, dtype=np.uint8)
+                b = packed8(name, seed, k)
+                want = b if recipe == "packed" else [119 + ((5 * x) >> 8) for x in b]
+                check(list(v[:k]) == want, "%s: k3 expert bytes follow the 8-a-draw rule" % name)
+                continue
             if recipe == "packed":
                 v = np.frombuffer(raw, dtype=np.uint8)
                 check(list(v[:k]) == [x >> 56 for x in xs], "%s: packed bytes follow the seed rule" % name)
@@ -236,6 +297,9 @@ def check_values(d, where, exp, seed, t):
             elif recipe == "dt_bias":
                 want = [-4 + 4 * u for u in us]
                 check(vals.min() >= -4 and vals.max() <= 0, "%s: dt_bias in [-4, 0]" % name)
+            elif recipe == "bias":
+                want = [0.02 * (2 * u - 1) for u in us]
+                check(np.all(np.abs(vals) <= 0.0201), "%s: bias in [-0.02, 0.02]" % name)
             elif recipe == "score_bias":
                 want = [0.1 * (2 * u - 1) for u in us]
                 check(np.all(np.abs(vals) <= 0.1001), "%s: bias in [-0.1, 0.1]" % name)
@@ -288,6 +352,10 @@ def check_tokenizer(d, t):
         check(int(rank) == r, "rank %d is contiguous" % r)
         if r < 256:
             check(tok == bytes([r]), "rank %d is the single byte %d" % (r, r))
+        elif r >= 768:
+            k = r - 768
+            check(tok == bytes([0xF8 + (k >> 16), (k >> 8) & 255, k & 255]),
+                  "padding rank %d is its three inert bytes" % r)
         else:
             check(len(tok) >= 2, "merge rank %d has at least two bytes" % r)
         check(tok not in seen, "rank %d's bytes are unique" % r)
@@ -348,6 +416,8 @@ def check_stinfo(stinfo, path, ents):
 
 def main():
     args = sys.argv[1:]
+    layout_only = "--layout-only" in args
+    args = [a for a in args if a != "--layout-only"]
     stinfo = None
     if "--stinfo" in args:
         i = args.index("--stinfo")
@@ -367,7 +437,7 @@ def main():
           "shard names model-NNNNN-of-NNNNNN: %s" % shards)
     nl = t["num_hidden_layers"]
     per = 4 if cfg.get("mkmodel_preset") == "tiny" else 1
-    check(ns == (nl + per - 1) // per + 1, "%d shards for %d layers" % (ns, nl))
+    check(ns == (nl + per - 1) // per + 1 + (2 if k3(cfg) else 0), "%d shards for %d layers" % (ns, nl))
     where = {}
     total = 0
     for s in shards:
@@ -378,8 +448,7 @@ def main():
             check(e[0] not in where, "%s appears once" % e[0])
             where[e[0]] = (s, e)
             total += e[4] - e[3]
-            m = re.match(r"language_model\.model\.layers\.(\d+)\.", e[0])
-            want = shards[int(m.group(1)) // per] if m else shards[-1]
+            want = shard_of(e[0], shards, nl, per)
             check(s == want, "%s is in %s (found in %s)" % (e[0], want, s))
     check(set(where) == set(exp), "tensor set matches config: missing %s, extra %s" %
           (sorted(set(exp) - set(where))[:5], sorted(set(where) - set(exp))[:5]))
@@ -391,8 +460,8 @@ def main():
     check(idx["weight_map"] == {n: s for n, (s, _) in where.items()}, "index weight_map covers every tensor")
     check_experts(where, t)
     check_tokenizer(d, t)
-    if not failures:
-        check_values(d, where, exp, seed, t)
+    if not failures and not layout_only:
+        check_values(d, where, exp, seed, t, k3(cfg))
     if failures:
         for f in failures[:40]:
             print("FAIL:", f)

@@ -2,7 +2,8 @@
 # test_mkmodel.sh — bin/mkmodel writes the model directories k3.md §6 and
 # docs/mkmodel.md describe; an independent Python parser
 # (mkmodel_check.py) checks them and compares bin/stinfo's view of every
-# shard with its own.
+# shard with its own.  The full k3 preset is checked as headers over sparse
+# files; --stdout and --print-etags against the directory.
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 CHECK="$ROOT/tests/integration/mkmodel_check.py"
@@ -58,7 +59,8 @@ check $PY "$CHECK" "$T/d" --stinfo "$BIN/stinfo" "checker on tiny 12 layers x 3 
 check mk --force --out "$T/d" "--force over an earlier model"
 [ ! -e "$T/d/model-00004-of-000004.safetensors" ] || fail "--force left a stale shard"
 check $PY "$CHECK" "$T/d" "checker after --force"
-for bad in "--layers 0" "--experts 0" "--experts 99999" "--layers x" "--preset huge" "--seed -1" "--bogus"; do
+for bad in "--layers 0" "--experts 0" "--experts 99999" "--layers x" "--preset huge" "--seed -1" "--bogus" \
+           "--print-etags" "--stdout config.json" "--jobs 0"; do
     # shellcheck disable=SC2086
     mk --out "$T/bad" $bad 2>/dev/null
     [ $? -eq 2 ] || fail "mkmodel $bad must exit 2"
@@ -73,6 +75,50 @@ check $PY "$CHECK" "$T/s" --stinfo "$BIN/stinfo" "checker on slice"
 b0=$(awk '$1 ~ /experts\.0\.w1\.weight_packed$/ {print $4}' "$T/ss.txt")
 e0=$(awk '$1 ~ /experts\.0\.w3\.weight_scale$/ {print $5}' "$T/ss.txt")
 [ $((e0 - b0)) -eq 17547264 ] || fail "a slice expert spans 17,547,264 bytes (got $((e0 - b0)))"
+
+# --- one file on stdout, and the digest table ---------------------------------
+mk --stdout model-00002-of-000003.safetensors | cmp -s - "$T/a/model-00002-of-000003.safetensors" \
+    || fail "--stdout writes the same bytes as the directory"
+mk --stdout nope.json 2>"$T/err.txt" && fail "--stdout of a file the model lacks"
+grep -q "no file 'nope.json'" "$T/err.txt" || fail "--stdout message: $(cat "$T/err.txt")"
+mk --print-etags > "$T/etags.inc" || fail "--print-etags"
+for f in "$T"/a/*; do
+    grep -q "^SYNTH_KNOWN_ROW(\"$(basename "$f")\", $(stat -c %s "$f")ULL, \"$(sha256sum <"$f" | cut -d' ' -f1)\"" "$T/etags.inc" \
+        || fail "--print-etags row of $(basename "$f")"
+done
+
+# --- k3: the full layout as headers over sparse files -------------------------
+check mk --preset k3 --headers-only --out "$T/k3" "k3 --headers-only"
+[ "$(ls "$T/k3" | wc -l)" -eq 100 ] || fail "k3 has 96 shards and 4 other files"
+"$BIN/stinfo" "$T/k3/model-00002-of-000096.safetensors" > "$T/k3s.txt" || fail "stinfo on a k3 headers-only shard"
+[ "$(grep -vc '^#' "$T/k3s.txt")" -eq $((896 * 6 + 28)) ] || fail "k3 shard 2 lists 896 experts and 28 tensors"
+grep -q '^language_model.model.layers.1.block_sparse_moe.experts.895.w2.weight_packed U8 \[3584,1536\] ' "$T/k3s.txt" \
+    || fail "k3 expert 895 w2 [3584,1536]"
+grep -q '^language_model.model.layers.1.self_attn.q_proj.weight BF16 \[12288,7168\] ' "$T/k3s.txt" \
+    || fail "k3 layer 1 KDA q_proj [12288,7168]"
+"$BIN/stinfo" "$T/k3/model-00096-of-000096.safetensors" | grep -q '^mm_projector.linear_2.weight BF16 \[7168,4608\] ' \
+    || fail "k3 shard 96 holds the projector"
+total=$(stat -c %s "$T"/k3/* | awk '{s+=$1} END {printf "%.0f", s}')
+[ "$total" -gt 1560000000000 ] && [ "$total" -lt 1561000000000 ] || fail "k3 files total $total bytes, not ~1.56 TB"
+used=$(du -sk "$T/k3" | cut -f1)
+[ "$used" -lt 300000 ] || fail "k3 headers-only uses ${used} KiB on disk: the shards are not sparse"
+$PY - "$T/k3/config.json" <<'PY' || fail "k3 config values"
+import json, sys
+t = json.load(open(sys.argv[1]))["text_config"]
+la = t["linear_attn_config"]
+assert la["full_attn_layers"] == list(range(4, 93, 4)) + [93] and len(la["kda_layers"]) == 69
+assert (t["hidden_size"], t["num_hidden_layers"], t["vocab_size"], t["num_experts"]) == (7168, 93, 163840, 896)
+assert (t["num_attention_heads"], la["num_heads"], t["intermediate_size"]) == (96, 96, 33792)
+assert (t["bos_token_id"], t["eos_token_id"], t["pad_token_id"]) == (163584, 163586, 163839)
+PY
+if [ -x "$BIN/shoal-engine" ]; then   # the engine loads the padded tokenizer with K3's ids
+    ids=$(printf 'Hello, world!\n' | "$BIN/shoal-engine" tokenize "$T/k3") || fail "shoal-engine tokenize on k3"
+    [ "$ids" = "$(printf 'Hello, world!\n' | "$BIN/shoal-engine" tokenize "$T/a")" ] || fail "k3 and tiny tokenize alike ($ids)"
+    [ "$(echo 163584 163586 | "$BIN/shoal-engine" tokenize "$T/k3" --decode)" = "[BOS]<|end_of_msg|>" ] \
+        || fail "k3 specials at K3's ids"
+fi
+check mk --preset k3 --layers 5 --headers-only --out "$T/k3l5" "k3 --layers 5 --headers-only"
+check $PY "$CHECK" "$T/k3l5" --layout-only --stinfo "$BIN/stinfo" "checker on k3, 5 layers x 896 experts"
 
 # --- the C reader refuses what is not a whole shard ---------------------------
 cp "$T/a/model-00003-of-000003.safetensors" "$T/cut.safetensors"

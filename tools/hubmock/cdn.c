@@ -2,8 +2,8 @@
  *
  * Owns: making and checking the signed URLs the Hub port redirects to,
  * Range parsing and the 200/206/416 answers (also used by the Hub port for
- * small files), and deciding the CDN body faults per request.
- * Does not own sending (http.c).
+ * small files) for files on disk and synthesized ones alike, and deciding
+ * the CDN body faults per request.  Does not own sending (http.c).
  *
  * URL form, like cas-bridge.xethub.hf.co:
  *   /xet-bridge-us/<24 hex of sha1(repo id)>/<sha256>?Expires=<epoch>&Signature=<64 hex>
@@ -100,8 +100,8 @@ static int range_parse(const char *h, uint64_t total, uint64_t *a, uint64_t *b)
     return 1;
 }
 
-void hm_serve_file(hm_response *res, const char *dir, const hm_file *f, const char *range,
-                   int ignore_range)
+void hm_serve_file(hm_response *res, const hm_snapshot *snap, const hm_file *f,
+                   const char *range, int ignore_range)
 {
     uint64_t a = 0, b = 0;
     int k = ignore_range ? 0 : range_parse(range, f->size, &a, &b);
@@ -112,9 +112,15 @@ void hm_serve_file(hm_response *res, const char *dir, const hm_file *f, const ch
         return;
     }
     hm_response_header(res, "Accept-Ranges", "bytes");
-    if (shoal_path_join(res->file_path, sizeof res->file_path, dir, f->path)) {
+    if (snap->synth) {
+        res->body = HM_BODY_SYNTH;
+        res->synth = snap->synth;
+        res->synth_file = f->synth_file;
+    } else if (shoal_path_join(res->file_path, sizeof res->file_path, snap->dir, f->path)) {
         hm_response_error(res, 500, NULL, "path too long");
         return;
+    } else {
+        res->body = HM_BODY_FILE;
     }
     if (k == 1) {
         res->status = 206;
@@ -148,6 +154,7 @@ static void cdn_body_faults(hm_server *s, const hm_request *req, hm_response *re
     int trunc = hm_rng_chance(&s->rng, f->rate_truncate);
     int ign = hm_rng_chance(&s->rng, f->rate_ignore_range);
     int stall = hm_rng_chance(&s->rng, f->rate_stall);
+    int corrupt = hm_rng_chance(&s->rng2, f->rate_corrupt);
 
     *ignore_range = ign && req->range != NULL;
     if (*ignore_range)
@@ -171,6 +178,18 @@ static void cdn_body_faults(hm_server *s, const hm_request *req, hm_response *re
     if (f->bw > 0) {
         res->bw = f->bw;
         hm_response_fault(res, "bw");
+    }
+    if (corrupt) {
+        res->corrupt = f->corrupt_mode;
+        if (f->corrupt_mode == HM_CORRUPT_DRIFT)
+            res->corrupt_seq = s->drift_seq++;
+        hm_response_fault(res, f->corrupt_mode == HM_CORRUPT_ONE   ? "corrupt_one"
+                               : f->corrupt_mode == HM_CORRUPT_ALL ? "corrupt_all"
+                                                                   : "corrupt_drift");
+    }
+    if (f->drip_secs > 0) {
+        res->drip = f->drip_secs;
+        hm_response_fault(res, "drip");
     }
 }
 
@@ -223,7 +242,7 @@ void hm_cdn_handle(hm_server *s, const hm_request *req, hm_response *res)
         goto out;
     }
     cdn_body_faults(s, req, res, &ignore_range);
-    hm_serve_file(res, snap->dir, f, req->range, ignore_range);
+    hm_serve_file(res, snap, f, req->range, ignore_range);
     if (res->status == 200 || res->status == 206) {
         hm_response_header(res, "Content-Type", "application/octet-stream");
         hm_response_header(res, "ETag", "\"%s\"", f->sha256);
@@ -233,6 +252,8 @@ void hm_cdn_handle(hm_server *s, const hm_request *req, hm_response *res)
     } else {
         res->cut_after = HM_NONE;
         res->stall_mid = 0;
+        res->corrupt = HM_CORRUPT_NONE;
+        res->drip = 0;
     }
 out:
     free(exp_s);

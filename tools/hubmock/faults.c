@@ -1,9 +1,10 @@
 /* faults.c — fault settings, their key=value syntax, and the seeded PRNG.
  *
  * Owns: the table of fault keys (shared by the command line, where `--key-name
- * V` sets `key_name`, and POST /_mock/faults?key=V), their JSON dump, and the
- * draws that decide which requests get a fault.  Does not apply faults: the
- * hub and CDN handlers and http.c do.
+ * V` sets `key_name`, and POST /_mock/faults?key=V), their JSON dump, the
+ * draws that decide which requests get a fault, and the faults every answer
+ * gets (latency, hub_stall, huge_header).  Does not apply body faults: the
+ * CDN handler decides them and http.c carries them out.
  */
 #include "tools/hubmock/hubmock_int.h"
 
@@ -14,7 +15,7 @@
 #include "common/json.h"
 #include "common/path.h"
 
-typedef enum { K_RATE, K_U64, K_SIZE, K_SECS, K_ON, K_WHERE } key_kind;
+typedef enum { K_RATE, K_U64, K_SIZE, K_SECS, K_ON, K_WHERE, K_MODE } key_kind;
 
 static const struct fault_key {
     const char *name;
@@ -36,7 +37,18 @@ static const struct fault_key {
     { "bw",                K_SIZE, offsetof(hm_faults, bw) },
     { "cdn_ttl",           K_U64,  offsetof(hm_faults, cdn_ttl) },
     { "seed",              K_U64,  offsetof(hm_faults, seed) },
+    { "latency",           K_U64,  offsetof(hm_faults, latency) },
+    { "hub_stall",         K_SECS, offsetof(hm_faults, hub_stall) },
+    { "rate_corrupt",      K_RATE, offsetof(hm_faults, rate_corrupt) },
+    { "corrupt_mode",      K_MODE, offsetof(hm_faults, corrupt_mode) },
+    { "drip_secs",         K_SECS, offsetof(hm_faults, drip_secs) },
+    { "huge_header",       K_SIZE, offsetof(hm_faults, huge_header) },
 };
+
+static const char *const corrupt_modes[] = { "none", "one", "all", "drift" };
+
+/* The largest extra header: far past any client's limit, still bounded. */
+#define HUGE_HEADER_MAX ((uint64_t)64 << 20)
 
 void hm_faults_defaults(hm_faults *f)
 {
@@ -46,6 +58,7 @@ void hm_faults_defaults(hm_faults *f)
     f->stall_at = HM_STALL_BEFORE;
     f->cdn_ttl = 3600;
     f->seed = 1;
+    f->corrupt_mode = HM_CORRUPT_ONE;
 }
 
 void hm_faults_clear(hm_faults *f)
@@ -115,7 +128,17 @@ int hm_faults_set(hm_faults *f, const char *key, const char *value, shoal_err *e
             else
                 rc = SHOAL_EINVAL;
             break;
+        case K_MODE:
+            rc = SHOAL_EINVAL;
+            for (int m = HM_CORRUPT_ONE; m <= HM_CORRUPT_DRIFT; m++)
+                if (strcmp(value, corrupt_modes[m]) == 0) {
+                    f->corrupt_mode = m;
+                    rc = 0;
+                }
+            break;
         }
+        if (rc == 0 && k->off == offsetof(hm_faults, huge_header) && f->huge_header > HUGE_HEADER_MAX)
+            rc = SHOAL_EINVAL;
         if (rc)
             return shoal_err_set(err, SHOAL_EINVAL, "bad value for fault %s: '%s'", key, value);
         return 0;
@@ -148,12 +171,41 @@ int hm_faults_dump(const hm_faults *f, shoal_buf *out)
         case K_WHERE:
             rc = shoal_json_set_str(o, k->name, where[f->stall_at]);
             break;
+        case K_MODE:
+            rc = shoal_json_set_str(o, k->name, corrupt_modes[f->corrupt_mode]);
+            break;
         }
     }
     if (rc == 0)
         rc = shoal_json_dump(o, SHOAL_JSON_COMPACT, out);
     shoal_json_free(o);
     return rc;
+}
+
+void hm_faults_every(hm_server *s, hm_port port, hm_response *res)
+{
+    const hm_faults *f = &s->faults;
+
+    if (f->latency > 0) {
+        res->stall_before += (double)f->latency / 1000.0;
+        hm_response_fault(res, "latency");
+    }
+    if (port == HM_PORT_HUB && f->hub_stall > 0) {
+        res->stall_before += f->hub_stall;
+        hm_response_fault(res, "hub_stall");
+    }
+    if (f->huge_header > 0) {
+        /* One header line "X-Hubmock-Padding: aaa..." of huge_header bytes
+         * of value, as a misbehaving proxy might add. */
+        shoal_buf *h = &res->headers;
+        if (shoal_buf_append_str(h, "X-Hubmock-Padding: ") == 0 &&
+            shoal_buf_reserve(h, (size_t)f->huge_header + 2) == 0) {
+            memset(h->data + h->len, 'a', (size_t)f->huge_header);
+            h->len += (size_t)f->huge_header;
+            shoal_buf_append_str(h, "\r\n");
+            hm_response_fault(res, "huge_header");
+        }
+    }
 }
 
 void hm_rng_seed(hm_rng *r, uint64_t seed)

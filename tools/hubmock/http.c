@@ -2,16 +2,24 @@
  *
  * Owns: listening sockets, connections, request parsing (request line and
  * headers; request bodies are read and dropped), sending a response with its
- * Content-Length, streaming file bodies with sendfile, keep-alive, and the
- * body faults a handler asked for: stall before the answer, stall mid-body,
- * stop after N bytes with a clean close (truncation) or a TCP reset, and a
- * per-connection bandwidth cap (libevent token bucket, 100 ms ticks).
+ * Content-Length, streaming bodies, keep-alive, and the body faults a
+ * handler asked for: a delay before the answer (stall, latency, hub_stall),
+ * stall mid-body, stop after N bytes with a clean close (truncation) or a
+ * TCP reset, one byte every N seconds (drip), changed bytes (corrupt), and
+ * a per-connection bandwidth cap (libevent token bucket, 100 ms ticks).
  * Does not own routing (hub.c, cdn.c) or deciding faults (the handlers).
+ *
+ * Bodies: files on disk go out with sendfile (file segments) unless a fault
+ * must see or pace the bytes; then they are pread, as synthesized files are
+ * generated (synth_read), in GEN_CHUNK pieces as the connection drains, with
+ * at most GEN_QUEUE + GEN_CHUNK bytes queued: a connection holds at most
+ * 3 MiB of body whatever the file size (plus the kernel's socket buffer).
  *
  * One connection answers one request at a time; pipelined requests wait in
  * the input buffer.  Connection states:
  *
- *   READ --request--> [WAIT (stall before)] --> SEND <--> PAUSE (stall mid)
+ *   READ --request--> [WAIT (delay)] --> SEND <--> PAUSE (stall mid)
+ *                                        SEND <--> DRIP (a byte per tick)
  *   SEND --body done, drained--> READ (keep-alive) | closed (cut, close)
  */
 #include "tools/hubmock/hubmock_int.h"
@@ -38,9 +46,11 @@
 
 #define HTTP_MAX_HEADER  (64 * 1024)
 #define HTTP_MAX_REQBODY (1024 * 1024)
-#define HTTP_CHUNK       (4u << 20)   /* body bytes queued per refill */
+#define HTTP_CHUNK       (4u << 20)   /* file-segment bytes queued per refill */
+#define GEN_CHUNK        (1u << 20)   /* bytes read or generated per refill */
+#define GEN_QUEUE        (2u << 20)   /* refill while less than this is queued */
 
-typedef enum { C_READ, C_WAIT, C_SEND, C_PAUSE } conn_state;
+typedef enum { C_READ, C_WAIT, C_SEND, C_PAUSE, C_DRIP } conn_state;
 
 typedef struct hm_conn {
     hm_server          *srv;
@@ -86,6 +96,7 @@ void hm_response_error(hm_response *r, int status, const char *code, const char 
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     r->status = status;
+    r->body = HM_BODY_MEM;
     if (code)
         hm_response_header(r, "X-Error-Code", "%s", code);
     hm_response_header(r, "X-Error-Message", "%s", msg);
@@ -98,7 +109,6 @@ void hm_response_error(hm_response *r, int status, const char *code, const char 
         shoal_buf_append_u8(&r->mem, (uint8_t)*p);
     }
     shoal_buf_append_str(&r->mem, "\"}");
-    r->file_path[0] = '\0';
 }
 
 void hm_response_fault(hm_response *r, const char *name)
@@ -259,22 +269,94 @@ static void conn_log(hm_conn *c, uint64_t bytes)
                     shoal_now_ns() / 1000);
 }
 
-/* Queue body bytes up to the next stop (the pause point or the end). */
-static void conn_fill(hm_conn *c)
+/* The byte of body offset `pos` that corrupt_mode=drift changes in the
+ * request numbered seq, and how: both move from one request to the next. */
+static uint64_t drift_pos(uint64_t seq, uint64_t body_len)
+{
+    uint64_t z = (seq + 1) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ULL;
+    return body_len ? (z ^ (z >> 29)) % body_len : 0;
+}
+
+static void corrupt_apply(const hm_conn *c, uint64_t boff, size_t n, uint8_t *p)
+{
+    const hm_response *r = &c->res;
+    uint64_t pos;
+
+    switch (r->corrupt) {
+    case HM_CORRUPT_ALL:
+        for (size_t i = 0; i < n; i++)
+            p[i] ^= 0xFF;
+        return;
+    case HM_CORRUPT_ONE:
+        pos = c->body_len / 2;
+        if (pos >= boff && pos - boff < n)
+            p[pos - boff] ^= 0xFF;
+        return;
+    case HM_CORRUPT_DRIFT:
+        pos = drift_pos(r->corrupt_seq, c->body_len);
+        if (pos >= boff && pos - boff < n)
+            p[pos - boff] ^= (uint8_t)(1 + r->corrupt_seq % 255);
+        return;
+    default:
+        return;
+    }
+}
+
+/* Body bytes [boff, boff+n) into p, as the faults want them.  0 or -1. */
+static int body_read(hm_conn *c, uint64_t boff, size_t n, uint8_t *p)
+{
+    const hm_response *r = &c->res;
+    int rc = 0;
+
+    if (r->body == HM_BODY_FILE)
+        rc = shoal_pread_all(c->file_fd, p, n, (off_t)(r->file_off + boff));
+    else if (r->body == HM_BODY_SYNTH)
+        rc = synth_read(r->synth, r->synth_file, r->file_off + boff, n, p);
+    else
+        memcpy(p, r->mem.data + boff, n);
+    if (rc) {
+        LOG_ERROR("hubmock", "reading the body of %s: %s", c->req.target, shoal_strerror(rc));
+        return -1;
+    }
+    corrupt_apply(c, boff, n, p);
+    return 0;
+}
+
+/* Append n body bytes at c->queued to the output.  0 or -1. */
+static int conn_add(hm_conn *c, size_t n)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    struct evbuffer_iovec v;
+
+    if (evbuffer_reserve_space(out, (ev_ssize_t)n, &v, 1) < 1 || v.iov_len < n ||
+        body_read(c, c->queued, n, v.iov_base) != 0)
+        return -1;
+    v.iov_len = n;
+    if (evbuffer_commit_space(out, &v, 1) != 0)
+        return -1;
+    c->queued += n;
+    return 0;
+}
+
+/* Queue body bytes up to the next stop (the pause point or the end).
+ * -1 if the body cannot be read (the connection must be dropped). */
+static int conn_fill(hm_conn *c)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     uint64_t limit = c->pause_at != HM_NONE ? c->pause_at : c->stop_at;
 
-    while (c->queued < limit && evbuffer_get_length(out) < 2 * HTTP_CHUNK) {
-        uint64_t n = limit - c->queued;
-        if (n > HTTP_CHUNK)
-            n = HTTP_CHUNK;
-        if (c->seg)
-            evbuffer_add_file_segment(out, c->seg, (ev_off_t)c->queued, (ev_off_t)n);
-        else
-            evbuffer_add(out, c->res.mem.data + c->queued, (size_t)n);
+    while (c->seg && c->queued < limit && evbuffer_get_length(out) < 2 * HTTP_CHUNK) {
+        uint64_t n = limit - c->queued < HTTP_CHUNK ? limit - c->queued : HTTP_CHUNK;
+        evbuffer_add_file_segment(out, c->seg, (ev_off_t)c->queued, (ev_off_t)n);
         c->queued += n;
     }
+    while (!c->seg && c->queued < limit && evbuffer_get_length(out) < GEN_QUEUE) {
+        uint64_t n = limit - c->queued < GEN_CHUNK ? limit - c->queued : GEN_CHUNK;
+        if (conn_add(c, (size_t)n) != 0)
+            return -1;
+    }
+    return 0;
 }
 
 static void conn_pause_done(evutil_socket_t fd, short what, void *arg)
@@ -284,14 +366,49 @@ static void conn_pause_done(evutil_socket_t fd, short what, void *arg)
     (void)what;
     c->pause_at = HM_NONE;
     c->state = C_SEND;
-    conn_fill(c);
+    if (conn_fill(c) != 0) {
+        conn_free(c, 1);
+        return;
+    }
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
         conn_write_cb(c->bev, c);
+}
+
+static void timer_in(hm_conn *c, double secs, event_callback_fn fn)
+{
+    struct timeval tv;
+    tv.tv_sec = (time_t)secs;
+    tv.tv_usec = (suseconds_t)((secs - (double)tv.tv_sec) * 1e6);
+    evtimer_assign(c->timer, c->srv->base, fn, c);
+    evtimer_add(c->timer, &tv);
+}
+
+/* drip: one more body byte, then wait again (or finish as usual). */
+static void conn_drip(evutil_socket_t fd, short what, void *arg)
+{
+    hm_conn *c = arg;
+    (void)fd;
+    (void)what;
+    if (conn_add(c, 1) != 0) {
+        conn_free(c, 1);
+        return;
+    }
+    if (c->queued < c->stop_at)
+        timer_in(c, c->res.drip, conn_drip);
+    else
+        c->state = C_SEND;      /* conn_write_cb finishes once it drained */
 }
 
 static int conn_open_body(hm_conn *c)
 {
     struct stat st;
+    if (c->res.body == HM_BODY_SYNTH) {
+        if (c->res.file_off + c->res.file_len > synth_file_size(c->res.synth, c->res.synth_file))
+            return -1;
+        return 0;
+    }
+    if (c->res.body != HM_BODY_FILE)
+        return 0;
     c->file_fd = open(c->res.file_path, O_RDONLY | O_CLOEXEC);
     if (c->file_fd < 0 || fstat(c->file_fd, &st) != 0
         || (uint64_t)st.st_size < c->res.file_off + c->res.file_len) {
@@ -299,8 +416,8 @@ static int conn_open_body(hm_conn *c)
                   c->file_fd < 0 ? strerror(errno) : "file changed on disk");
         return -1;
     }
-    if (c->res.file_len == 0)
-        return 0;
+    if (c->res.file_len == 0 || c->res.corrupt || c->res.drip > 0)
+        return 0;               /* these bodies are pread: the faults see the bytes */
     /* libevent's sendfile path writes a whole chain whatever the rate
      * limit allows, so a capped body goes through mmap/read instead. */
     c->seg = evbuffer_file_segment_new(c->file_fd, (ev_off_t)c->res.file_off,
@@ -314,18 +431,18 @@ static void conn_start_send(hm_conn *c)
     struct evbuffer *out = bufferevent_get_output(c->bev);
     hm_response *r = &c->res;
 
-    if (r->file_path[0] && !c->req.is_head && conn_open_body(c) != 0) {
+    if (r->body != HM_BODY_MEM && !c->req.is_head && conn_open_body(c) != 0) {
         conn_body_release(c);
         res_clear(r);
         hm_response_error(r, 500, NULL, "hubmock could not read the file");
     }
-    c->body_len = r->file_path[0] ? r->file_len : r->mem.len;
+    c->body_len = r->body != HM_BODY_MEM ? r->file_len : r->mem.len;
     c->t0_us = shoal_now_ns() / 1000;
     c->stop_at = c->req.is_head ? 0 : c->body_len;
     if (!c->req.is_head && r->cut_after != HM_NONE && r->cut_after < c->body_len)
         c->stop_at = r->cut_after;
     c->pause_at = HM_NONE;
-    if (!c->req.is_head && r->stall_mid > 0)
+    if (!c->req.is_head && r->stall_mid > 0 && r->drip <= 0)
         c->pause_at = c->stop_at / 2;
     c->queued = 0;
     if (r->bw > 0 && !c->req.is_head && c->rl_bw != r->bw) {
@@ -356,8 +473,14 @@ static void conn_start_send(hm_conn *c)
         evbuffer_add(out, r->headers.data, r->headers.len);
     evbuffer_add_printf(out, "Content-Length: %llu\r\nConnection: %s\r\n\r\n",
                         (unsigned long long)c->body_len, c->keep_alive ? "keep-alive" : "close");
+    if (r->drip > 0 && c->stop_at > 0) {
+        c->state = C_DRIP;
+        timer_in(c, r->drip, conn_drip);
+        return;
+    }
     c->state = C_SEND;
-    conn_fill(c);
+    if (conn_fill(c) != 0)
+        conn_free(c, 1);
 }
 
 static void conn_stall_done(evutil_socket_t fd, short what, void *arg)
@@ -464,13 +587,11 @@ static void conn_dispatch(hm_conn *c)
     }
     if (control)
         r->fault[0] = '\0';
+    else
+        hm_faults_every(c->srv, c->port, r);
     if (r->stall_before > 0) {
-        struct timeval tv;
-        tv.tv_sec = (time_t)r->stall_before;
-        tv.tv_usec = (suseconds_t)((r->stall_before - (double)tv.tv_sec) * 1e6);
         c->state = C_WAIT;
-        evtimer_assign(c->timer, c->srv->base, conn_stall_done, c);
-        evtimer_add(c->timer, &tv);
+        timer_in(c, r->stall_before, conn_stall_done);
         return;
     }
     conn_start_send(c);
@@ -479,7 +600,7 @@ static void conn_dispatch(hm_conn *c)
 /* The response is fully handed to the kernel: log it and go on. */
 static void conn_finish(hm_conn *c)
 {
-    int cut = c->stop_at < c->body_len;
+    int cut = !c->req.is_head && c->stop_at < c->body_len;   /* a HEAD sends no body */
     int reset = cut && c->res.cut_reset;
     int keep = c->keep_alive && !cut;
 
@@ -502,16 +623,15 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
     (void)bev;
     if (c->state != C_SEND)
         return;
-    conn_fill(c);
+    if (conn_fill(c) != 0) {
+        conn_free(c, 1);
+        return;
+    }
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) != 0)
         return;
     if (c->pause_at != HM_NONE && c->queued == c->pause_at) {
-        struct timeval tv;
-        tv.tv_sec = (time_t)c->res.stall_mid;
-        tv.tv_usec = (suseconds_t)((c->res.stall_mid - (double)tv.tv_sec) * 1e6);
         c->state = C_PAUSE;
-        evtimer_assign(c->timer, c->srv->base, conn_pause_done, c);
-        evtimer_add(c->timer, &tv);
+        timer_in(c, c->res.stall_mid, conn_pause_done);
         return;
     }
     if (c->queued == c->stop_at)

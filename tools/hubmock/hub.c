@@ -124,7 +124,7 @@ static void hub_resolve(hm_server *s, const hm_request *req, hm_response *res, c
         shoal_buf_appendf(&res->mem, "Temporary Redirect. Redirecting to %s", (const char *)loc.data);
         shoal_buf_free(&loc);
     } else {
-        hm_serve_file(res, snap->dir, f, req->range, 0);
+        hm_serve_file(res, snap, f, req->range, 0);
         hm_response_header(res, "ETag", "\"%s\"", f->gitsha1);
         hm_response_header(res, "Content-Type", "application/octet-stream");
     }
@@ -224,8 +224,10 @@ static void hub_control(hm_server *s, const hm_request *req, hm_response *res)
                 hm_response_error(res, 400, NULL, "%s", fc.err.code ? fc.err.msg : "bad query");
                 return;
             }
-            if (strstr(req->query, "seed=") != NULL)
-                hm_rng_seed(&s->rng, fc.f.seed);   /* restart the sequence */
+            if (strstr(req->query, "seed=") != NULL) {
+                hm_rng_seed(&s->rng, fc.f.seed);   /* restart the sequences */
+                hm_rng_seed(&s->rng2, ~fc.f.seed);
+            }
             s->faults = fc.f;
             LOG_INFO("hubmock", "faults changed: %s", req->query);
         }

@@ -5,9 +5,12 @@
  * Files:
  *   main.c    command line, ports, signals, the ready line
  *   repo.c    snapshots (directory -> files, hashes, commit id), repos, refs
+ *   synth_repo.c  synthesized repos (--synth): models from synth/, their
+ *             etags (committed table, cache file, hashing threads), breakages
+ *   etag_cache.c  the persistent etag cache file of synthesized repos
  *   http.c    a small HTTP/1.1 server over bufferevents: parsing, sending,
  *             body streaming with the body faults (reset, truncate, stall,
- *             bandwidth cap), keep-alive
+ *             drip, corruption, bandwidth cap), delayed answers, keep-alive
  *   hub.c     the Hub port: /resolve, /api/..., /_mock control
  *   cdn.c     the CDN port: signed URLs, ranges
  *   faults.c  fault settings, the seeded PRNG, key=value parsing
@@ -18,7 +21,9 @@
  * the connection and offers none of that, so the server is written directly
  * on bufferevents (which also give sendfile and per-connection rate limits).
  *
- * Everything runs on one libevent loop in one thread; no locks.
+ * Everything runs on one libevent loop in one thread; no locks.  The only
+ * other threads are the etag hashers of synthesized repos, which run (and
+ * are joined) before the loop starts.
  */
 #ifndef HUBMOCK_INT_H
 #define HUBMOCK_INT_H
@@ -29,6 +34,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
+#include "synth/synth.h"
 
 struct event_base;
 
@@ -43,11 +49,14 @@ typedef struct hm_file {
     char     gitsha1[41];   /* git blob sha1 of what git stores: the content
                                for small files, the LFS pointer for LFS ones */
     int      is_lfs;
+    size_t   synth_file;    /* synthesized snapshots: the file's index in the model */
 } hm_file;
 
-/* An immutable view of one directory as it was hashed: a commit. */
+/* An immutable view of one directory as it was hashed, or of a synthesized
+ * model: a commit. */
 typedef struct hm_snapshot {
-    char    *dir;           /* absolute path; owned */
+    char    *dir;           /* absolute path; owned; NULL when synthesized */
+    const synth_model *synth;  /* synthesized: the model (owned by hm_repos) */
     char     commit[41];
     hm_file *files;         /* sorted by path */
     size_t   nfiles;
@@ -71,6 +80,8 @@ typedef struct hm_repos {
     hm_repo *v;
     size_t   n;
     uint64_t lfs_threshold;
+    synth_model **models;   /* every synthesized model of every snapshot; owned */
+    size_t   nmodels;
 } hm_repos;
 
 /* Hash every regular file under dir (skipping .git/) into a new snapshot.
@@ -86,6 +97,20 @@ const hm_file *hm_snapshot_file(const hm_snapshot *s, const char *path);
  * reused, so old commits keep serving their own directory. */
 int hm_repos_set(hm_repos *rs, const char *id, const char *ref, const char *dir,
                  shoal_err *err);
+/* The same for a snapshot built elsewhere (synth_repo.c); takes ownership
+ * of snap, even on failure. */
+int hm_repos_put(hm_repos *rs, const char *id, const char *ref, hm_snapshot *snap,
+                 shoal_err *err);
+/* Order of hm_file by path (snapshots keep their files sorted). */
+int hm_file_cmp(const void *a, const void *b);
+/* Fill s->commit from its sorted files. */
+void hm_snapshot_commit(hm_snapshot *s);
+/* Whether the Hub keeps path in LFS: *.safetensors and tiktoken.model
+ * always, anything else from `threshold` bytes. */
+int hm_path_is_lfs(const char *path, uint64_t size, uint64_t threshold);
+/* The git blob sha1 of the LFS pointer of (sha256, size): an LFS file's ETag. */
+void hm_lfs_pointer_sha1(const char *sha256, uint64_t size, char out[41]);
+void hm_hex(const unsigned char *p, size_t n, char *out);
 hm_repo *hm_repos_find(const hm_repos *rs, const char *id);
 /* A 40-hex commit of this repo, or a ref name (already percent-decoded). */
 hm_snapshot *hm_repo_revision(const hm_repo *r, const char *rev);
@@ -98,6 +123,7 @@ void hm_repos_free(hm_repos *rs);
 
 enum { HM_ON_BOTH = 0, HM_ON_HUB = 1, HM_ON_CDN = 2 };
 enum { HM_STALL_BEFORE = 0, HM_STALL_MID = 1 };
+enum { HM_CORRUPT_NONE = 0, HM_CORRUPT_ONE = 1, HM_CORRUPT_ALL = 2, HM_CORRUPT_DRIFT = 3 };
 
 typedef struct hm_faults {
     double   rate_429, rate_503;     /* shares of requests, 0..1 */
@@ -114,6 +140,12 @@ typedef struct hm_faults {
     uint64_t bw;                     /* CDN bytes/s per connection, 0: none */
     uint64_t cdn_ttl;                /* signed URL lifetime, seconds */
     uint64_t seed;
+    uint64_t latency;                /* ms before every answer, both ports */
+    double   hub_stall;              /* seconds before every hub-port answer */
+    double   rate_corrupt;           /* CDN bodies: corrupted as corrupt_mode */
+    int      corrupt_mode;           /* HM_CORRUPT_ONE / ALL / DRIFT */
+    double   drip_secs;              /* CDN bodies: one byte every drip_secs */
+    uint64_t huge_header;            /* bytes of an extra response header, 0: none */
 } hm_faults;
 
 void hm_faults_defaults(hm_faults *f);
@@ -155,14 +187,20 @@ typedef struct hm_request {
     int     is_head;
 } hm_request;
 
-/* What a handler answers.  The body is either `mem` or a file range; the
- * http layer sends Content-Length itself (the body length, or
- * `content_length` when set, for HEAD answers of file bodies). */
+/* Where a response body comes from. */
+typedef enum hm_body { HM_BODY_MEM = 0, HM_BODY_FILE, HM_BODY_SYNTH } hm_body;
+
+/* What a handler answers.  The body is `mem`, a range of a file on disk or
+ * a range of a synthesized file; the http layer sends Content-Length itself
+ * (the body length, also for HEAD answers of file bodies). */
 typedef struct hm_response {
     int         status;
     shoal_buf   headers;     /* "Name: value\r\n" lines */
     shoal_buf   mem;
-    char        file_path[4096];   /* "": the body is mem */
+    hm_body     body;
+    char        file_path[4096];   /* HM_BODY_FILE */
+    const synth_model *synth;      /* HM_BODY_SYNTH, with synth_file */
+    size_t      synth_file;
     uint64_t    file_off, file_len;
     char        fault[64];   /* names of the faults applied, "+"-joined */
     /* body faults (HM_NONE: off) */
@@ -170,6 +208,9 @@ typedef struct hm_response {
     int         cut_reset;   /* 1: RST, 0: clean close */
     double      stall_before, stall_mid;   /* seconds, 0: none */
     uint64_t    bw;          /* bytes/s, 0: none */
+    int         corrupt;     /* HM_CORRUPT_*: bytes changed on the way out */
+    uint64_t    corrupt_seq; /* HM_CORRUPT_DRIFT: which request this is */
+    double      drip;        /* seconds per body byte, 0: none */
 } hm_response;
 
 void hm_response_header(hm_response *r, const char *name, const char *fmt, ...)
@@ -192,6 +233,9 @@ typedef struct hm_server {
     hm_repos    repos;
     hm_faults   faults;
     hm_rng      rng;
+    hm_rng      rng2;            /* draws of faults added later (rate_corrupt),
+                                    so the older faults keep their sequence */
+    uint64_t    drift_seq;       /* corrupt_mode=drift requests so far */
     hm_reqlog  *log;             /* NULL: no log */
     const char *token;           /* NULL: not gated */
     int         small_redirect;  /* small files: relative 307 to resolve-cache */
@@ -218,10 +262,41 @@ void hm_cdn_url(hm_server *s, const hm_repo *repo, const hm_file *f, char *out, 
 /* cdn.c: answer with bytes of a file: 200 (no Range, an unparseable one, or
  * ignore_range), 206 for one satisfiable range, 416 otherwise.  Adds
  * Accept-Ranges and Content-Range; the caller adds the other headers. */
-void hm_serve_file(hm_response *res, const char *dir, const hm_file *f, const char *range,
-                   int ignore_range);
+void hm_serve_file(hm_response *res, const hm_snapshot *snap, const hm_file *f,
+                   const char *range, int ignore_range);
 
 /* Decide the 429/503 faults for a request on `port`; 1 if res was filled. */
 int hm_faults_status(hm_server *s, hm_port port, hm_response *res);
+/* The faults every answer on `port` gets (latency, hub_stall, huge_header);
+ * not for control requests. */
+void hm_faults_every(hm_server *s, hm_port port, hm_response *res);
+
+/* ---- synth_repo.c / etag_cache.c ------------------------------------------ */
+
+/* A synthesized repo waiting for its etags (--synth, parsed before any is
+ * hashed so that every file of every repo is hashed in one pool). */
+typedef struct hm_synth_pending hm_synth_pending;
+
+/* Parse `org/name[@REV]=PRESET[,layers=N][,experts=N][,seed=N][,bad=header|sha]`
+ * and build its model; appended to *list. */
+int hm_synth_parse(const char *spec, hm_synth_pending **list, shoal_err *err);
+/* Find every etag (committed table, cache file, else hash on `jobs`
+ * threads and save them in the cache), then register the repos.  cache
+ * may be NULL (no cache file).  Frees the list. */
+int hm_synth_finish(hm_server *s, hm_synth_pending *list, const char *cache, int jobs,
+                    shoal_err *err);
+void hm_synth_pending_free(hm_synth_pending *list);
+
+typedef struct hm_etag_cache hm_etag_cache;
+/* Read path (a missing file is an empty cache). */
+int hm_etag_cache_load(const char *path, hm_etag_cache **out, shoal_err *err);
+/* 1 and *out if (key, file, size) is cached (with a sha1 if want_sha1). */
+int hm_etag_cache_get(const hm_etag_cache *c, const char *key, const char *file, uint64_t size,
+                      int want_sha1, synth_digest *out);
+int hm_etag_cache_put(hm_etag_cache *c, const char *key, const char *file, uint64_t size,
+                      const synth_digest *d);
+/* Merge with what the file holds now and rewrite it atomically. */
+int hm_etag_cache_save(hm_etag_cache *c, shoal_err *err);
+void hm_etag_cache_free(hm_etag_cache *c);
 
 #endif

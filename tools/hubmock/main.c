@@ -1,8 +1,9 @@
 /* main.c — hubmock: a Hugging Face Hub on loopback, for tests and benchmarks.
  *
- * Owns: the command line, hashing the repos before listening, the two
- * ports, the ready line on stdout, and a clean exit on SIGTERM/SIGINT from
- * inside the event loop.  See docs/hubmock.md.
+ * Owns: the command line, hashing the repos (directories and synthesized
+ * models) before listening, the two ports, the ready line on stdout, and a
+ * clean exit on SIGTERM/SIGINT from inside the event loop.  See
+ * docs/hubmock.md.
  */
 #include "tools/hubmock/hubmock_int.h"
 
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -20,14 +22,24 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-"usage: hubmock --repo org/name[@REV]=DIR [--repo ...] [options]\n"
+"usage: hubmock --repo org/name[@REV]=DIR | --synth org/name[@REV]=PRESET[,...]\n"
+"               [--repo ... | --synth ...] [options]\n"
 "\n"
-"Serves model directories as a Hugging Face Hub on 127.0.0.1 (hub port) with\n"
-"LFS files redirected to a second, CDN-like port.  When ready it prints\n"
+"Serves model directories, or models synthesized on the fly, as a Hugging\n"
+"Face Hub on 127.0.0.1 (hub port) with LFS files redirected to a second,\n"
+"CDN-like port.  When ready (every etag known) it prints\n"
 "  hub http://127.0.0.1:PORT cdn http://127.0.0.1:PORT\n"
 "\n"
 "  --repo org/name=DIR      serve DIR as branch main of org/name\n"
 "  --repo org/name@REV=DIR  serve DIR as branch/ref REV (e.g. v1, refs/pr/1)\n"
+"  --synth org/name[@REV]=PRESET[,layers=N][,experts=N][,seed=N][,bad=header|sha]\n"
+"                           serve the model `mkmodel --preset PRESET ...` would\n"
+"                           write (tiny, slice, k3), generated per request; bad=\n"
+"                           breaks its first shard (header claims more bytes than\n"
+"                           the file holds / a wrong X-Linked-Etag)\n"
+"  --synth-cache FILE|none  etag cache of synthesized files (default\n"
+"                           $XDG_CACHE_HOME/shoal/hubmock-synth-etags.txt)\n"
+"  --synth-jobs N           threads hashing synthesized files (default: CPUs)\n"
 "  --port N, --cdn-port N   ports (0 = any free port; default 0)\n"
 "  --token T                gate the repos: requests need 'Authorization: Bearer T'\n"
 "  --log FILE               JSON-lines request log, flushed per line\n"
@@ -47,7 +59,13 @@ static void usage(FILE *out)
 "  --rate-stall P --stall-secs S --stall-at before|mid   CDN: pause S seconds\n"
 "  --bw BYTES_PER_S             CDN: per-connection bandwidth cap (0 = none)\n"
 "  --cdn-ttl S                  signed CDN URL lifetime (3600)\n"
-"  --seed N                     PRNG seed that picks the faulted requests (1)\n");
+"  --seed N                     PRNG seed that picks the faulted requests (1)\n"
+"  --latency MS                 both ports: wait MS before every answer\n"
+"  --hub-stall S                hub port: wait S seconds before every answer\n"
+"  --rate-corrupt P --corrupt-mode one|all|drift   CDN: change one byte / every\n"
+"                               byte / one byte differently per request\n"
+"  --drip-secs S                CDN: send bodies one byte every S seconds\n"
+"  --huge-header BYTES          add a response header of BYTES bytes\n");
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -103,10 +121,34 @@ static int parse_port(const char *v, int *out)
     return 0;
 }
 
+/* What the command line says besides the server's own settings. */
+typedef struct cli {
+    int hub_port, cdn_port;
+    const char *log_path;
+    hm_synth_pending *synth;     /* --synth repos, hashed after parsing */
+    const char *synth_cache;     /* NULL: none */
+    char synth_cache_default[4096];
+    int synth_jobs;
+} cli;
+
+/* The default cache: $XDG_CACHE_HOME/shoal/..., else ~/.cache/shoal/... */
+static const char *default_cache(cli *o)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && xdg[0] == '/')
+        snprintf(o->synth_cache_default, sizeof o->synth_cache_default,
+                 "%s/shoal/hubmock-synth-etags.txt", xdg);
+    else if (home && home[0] == '/')
+        snprintf(o->synth_cache_default, sizeof o->synth_cache_default,
+                 "%s/.cache/shoal/hubmock-synth-etags.txt", home);
+    else
+        return NULL;
+    return o->synth_cache_default;
+}
+
 /* Second pass over the flags: repos, ports, gate, log, faults.  Returns the
  * number of repos, or -1 after printing what is wrong. */
-static int args_apply(hm_server *s, int argc, char **argv, int *hub_port, int *cdn_port,
-                      const char **log_path)
+static int args_apply(hm_server *s, int argc, char **argv, cli *o)
 {
     shoal_err errbuf, *err = &errbuf;
     int nrepos = 0;
@@ -134,15 +176,31 @@ static int args_apply(hm_server *s, int argc, char **argv, int *hub_port, int *c
                 return -1;
             }
             nrepos++;
+        } else if (strcmp(a, "--synth") == 0) {
+            if (hm_synth_parse(v, &o->synth, err)) {
+                fprintf(stderr, "hubmock: %s\n", err->msg);
+                return -1;
+            }
+            nrepos++;
+        } else if (strcmp(a, "--synth-cache") == 0) {
+            o->synth_cache = strcmp(v, "none") == 0 ? NULL : v;
+        } else if (strcmp(a, "--synth-jobs") == 0) {
+            char *end;
+            long j = strtol(v, &end, 10);
+            if (*end || end == v || j < 1 || j > 256) {
+                fprintf(stderr, "hubmock: bad --synth-jobs '%s' (1..256)\n", v);
+                return -1;
+            }
+            o->synth_jobs = (int)j;
         } else if (strcmp(a, "--port") == 0 || strcmp(a, "--cdn-port") == 0) {
-            if (parse_port(v, a[2] == 'p' ? hub_port : cdn_port)) {
+            if (parse_port(v, a[2] == 'p' ? &o->hub_port : &o->cdn_port)) {
                 fprintf(stderr, "hubmock: bad %s '%s'\n", a, v);
                 return -1;
             }
         } else if (strcmp(a, "--token") == 0) {
             s->token = v;
         } else if (strcmp(a, "--log") == 0) {
-            *log_path = v;
+            o->log_path = v;
         } else if (strcmp(a, "--lfs-threshold") == 0 || strcmp(a, "--log-level") == 0) {
             continue;   /* taken in the first pass */
         } else if (flag_key(a, key, sizeof key) != 0 || hm_faults_set(&s->faults, key, v, err)) {
@@ -159,12 +217,15 @@ int main(int argc, char **argv)
 {
     hm_server s;
     shoal_err err;
-    const char *log_path = NULL;
-    int hub_port = 0, cdn_port = 0, rc = 1, nrepos = 0;
+    cli o;
+    int rc = 1, nrepos = 0;
     shoal_log_level level = SHOAL_LOG_WARN;
     struct event *sig_term = NULL, *sig_int = NULL;
 
     memset(&s, 0, sizeof s);
+    memset(&o, 0, sizeof o);
+    o.synth_cache = default_cache(&o);
+    o.synth_jobs = (int)sysconf(_SC_NPROCESSORS_ONLN);
     shoal_err_clear(&err);
     hm_faults_defaults(&s.faults);
     s.repos.lfs_threshold = 10u << 20;
@@ -193,19 +254,29 @@ int main(int argc, char **argv)
     }
     shoal_log_setup("hubmock", level, NULL);
 
-    nrepos = args_apply(&s, argc, argv, &hub_port, &cdn_port, &log_path);
+    nrepos = args_apply(&s, argc, argv, &o);
     if (nrepos < 0)
         goto out;
     if (nrepos == 0) {
-        fprintf(stderr, "hubmock: give at least one --repo org/name=DIR (see --help)\n");
+        fprintf(stderr, "hubmock: give at least one --repo org/name=DIR or --synth "
+                "org/name=PRESET (see --help)\n");
         goto out;
     }
+    rc = hm_synth_finish(&s, o.synth, o.synth_cache, o.synth_jobs, &err);
+    o.synth = NULL;
+    if (rc) {
+        fprintf(stderr, "hubmock: %s\n", err.msg);
+        rc = 1;
+        goto out;
+    }
+    rc = 1;
     hm_rng_seed(&s.rng, s.faults.seed);
+    hm_rng_seed(&s.rng2, ~s.faults.seed);
     if (getrandom(s.secret, sizeof s.secret, 0) != (ssize_t)sizeof s.secret) {
         fprintf(stderr, "hubmock: getrandom failed\n");
         goto out;
     }
-    if (log_path && hm_reqlog_open(log_path, s.log_times, &s.log, &err)) {
+    if (o.log_path && hm_reqlog_open(o.log_path, s.log_times, &s.log, &err)) {
         fprintf(stderr, "hubmock: %s\n", err.msg);
         goto out;
     }
@@ -214,8 +285,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "hubmock: cannot create the event loop\n");
         goto out;
     }
-    if (hm_http_listen(&s, HM_PORT_HUB, hub_port, &s.hub_port, &err)
-        || hm_http_listen(&s, HM_PORT_CDN, cdn_port, &s.cdn_port, &err)) {
+    if (hm_http_listen(&s, HM_PORT_HUB, o.hub_port, &s.hub_port, &err)
+        || hm_http_listen(&s, HM_PORT_CDN, o.cdn_port, &s.cdn_port, &err)) {
         fprintf(stderr, "hubmock: %s\n", err.msg);
         goto out;
     }
@@ -241,6 +312,7 @@ out:
     if (s.base)
         event_base_free(s.base);
     hm_reqlog_close(s.log);
+    hm_synth_pending_free(o.synth);
     hm_repos_free(&s.repos);
     return rc;
 }

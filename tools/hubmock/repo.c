@@ -2,7 +2,8 @@
  *
  * Owns: walking a directory, hashing every file (sha256 of the content; git
  * blob sha1 of what git would store), the commit id, and the repo -> ref ->
- * snapshot tables.  Does not own HTTP (hub.c, cdn.c).
+ * snapshot tables.  Does not own HTTP (hub.c, cdn.c) nor synthesized
+ * snapshots (synth_repo.c builds them and hands them over).
  *
  * The commit id is SHA-1 over the sorted lines "path\0size\0sha256\n", so
  * the same contents give the same commit whatever the directory is called.
@@ -28,7 +29,7 @@
 
 #define REPO_READ_CHUNK (1u << 20)
 
-static void hex_encode(const unsigned char *p, size_t n, char *out)
+void hm_hex(const unsigned char *p, size_t n, char *out)
 {
     static const char digits[] = "0123456789abcdef";
     for (size_t i = 0; i < n; i++) {
@@ -38,15 +39,29 @@ static void hex_encode(const unsigned char *p, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
-/* The file kinds the Hub stores in LFS whatever their size. */
-static int repo_name_is_lfs(const char *path)
+int hm_path_is_lfs(const char *path, uint64_t size, uint64_t threshold)
 {
     const char *base = strrchr(path, '/');
     size_t n = strlen(path);
     base = base ? base + 1 : path;
     if (n >= 12 && strcmp(path + n - 12, ".safetensors") == 0)
         return 1;
-    return strcmp(base, "tiktoken.model") == 0;
+    return strcmp(base, "tiktoken.model") == 0 || size >= threshold;
+}
+
+void hm_lfs_pointer_sha1(const char *sha256, uint64_t size, char out[41])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    char ptr[256], blob[320];
+    int n = snprintf(ptr, sizeof ptr,
+                     "version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %llu\n",
+                     sha256, (unsigned long long)size);
+    int h = snprintf(blob, sizeof blob, "blob %d", n);
+
+    memcpy(blob + h + 1, ptr, (size_t)n);
+    EVP_Digest(blob, (size_t)(h + 1 + n), md, &mdlen, EVP_sha1(), NULL);
+    hm_hex(md, mdlen, out);
 }
 
 /* sha256 of the content, and the git blob sha1 of the content. */
@@ -89,20 +104,11 @@ static int repo_hash_file(const char *abs, hm_file *f, shoal_err *err)
         done += (uint64_t)got;
     }
     EVP_DigestFinal_ex(c256, md, &mdlen);
-    hex_encode(md, mdlen, f->sha256);
+    hm_hex(md, mdlen, f->sha256);
     EVP_DigestFinal_ex(c1, md, &mdlen);
-    hex_encode(md, mdlen, f->gitsha1);
-    if (f->is_lfs) {
-        /* git stores the LFS pointer, so the ETag is the pointer's blob sha1. */
-        char ptr[256], blob[320];
-        int n = snprintf(ptr, sizeof ptr,
-                         "version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %llu\n",
-                         f->sha256, (unsigned long long)f->size);
-        int h = snprintf(blob, sizeof blob, "blob %d", n);
-        memcpy(blob + h + 1, ptr, (size_t)n);
-        EVP_Digest(blob, (size_t)(h + 1 + n), md, &mdlen, EVP_sha1(), NULL);
-        hex_encode(md, mdlen, f->gitsha1);
-    }
+    hm_hex(md, mdlen, f->gitsha1);
+    if (f->is_lfs)   /* git stores the LFS pointer: the ETag is its blob sha1 */
+        hm_lfs_pointer_sha1(f->sha256, f->size, f->gitsha1);
 out:
     EVP_MD_CTX_free(c256);
     EVP_MD_CTX_free(c1);
@@ -170,7 +176,7 @@ static int repo_walk(walk *w, const char *rel, shoal_err *err)
             }
             w->n++;
             f->size = (uint64_t)st.st_size;
-            f->is_lfs = repo_name_is_lfs(sub) || f->size >= w->lfs_threshold;
+            f->is_lfs = hm_path_is_lfs(sub, f->size, w->lfs_threshold);
             rc = repo_hash_file(abs, f, err);
         }
     }
@@ -178,12 +184,12 @@ static int repo_walk(walk *w, const char *rel, shoal_err *err)
     return rc;
 }
 
-static int file_cmp(const void *a, const void *b)
+int hm_file_cmp(const void *a, const void *b)
 {
     return strcmp(((const hm_file *)a)->path, ((const hm_file *)b)->path);
 }
 
-static void repo_commit_id(hm_snapshot *s)
+void hm_snapshot_commit(hm_snapshot *s)
 {
     EVP_MD_CTX *c = EVP_MD_CTX_new();
     unsigned char md[EVP_MAX_MD_SIZE];
@@ -200,7 +206,7 @@ static void repo_commit_id(hm_snapshot *s)
     }
     EVP_DigestFinal_ex(c, md, &mdlen);
     EVP_MD_CTX_free(c);
-    hex_encode(md, mdlen, s->commit);
+    hm_hex(md, mdlen, s->commit);
 }
 
 int hm_snapshot_load(const char *dir, uint64_t lfs_threshold, hm_snapshot **out, shoal_err *err)
@@ -227,10 +233,10 @@ int hm_snapshot_load(const char *dir, uint64_t lfs_threshold, hm_snapshot **out,
         free(s);
         return rc;
     }
-    qsort(w.v, w.n, sizeof *w.v, file_cmp);
+    qsort(w.v, w.n, sizeof *w.v, hm_file_cmp);
     s->files = w.v;
     s->nfiles = w.n;
-    repo_commit_id(s);
+    hm_snapshot_commit(s);
     *out = s;
     return 0;
 }
@@ -250,7 +256,7 @@ const hm_file *hm_snapshot_file(const hm_snapshot *s, const char *path)
 {
     hm_file key;
     key.path = (char *)path;
-    return bsearch(&key, s->files, s->nfiles, sizeof *s->files, file_cmp);
+    return bsearch(&key, s->files, s->nfiles, sizeof *s->files, hm_file_cmp);
 }
 
 hm_repo *hm_repos_find(const hm_repos *rs, const char *id)
@@ -303,7 +309,7 @@ static hm_repo *repos_add(hm_repos *rs, const char *id, shoal_err *err)
         return NULL;
     }
     EVP_Digest(id, strlen(id), md, &mdlen, EVP_sha1(), NULL);
-    hex_encode(md, mdlen, hex);
+    hm_hex(md, mdlen, hex);
     memcpy(r->bucket, hex, 24);
     r->bucket[24] = '\0';
     rs->n++;
@@ -312,13 +318,18 @@ static hm_repo *repos_add(hm_repos *rs, const char *id, shoal_err *err)
 
 int hm_repos_set(hm_repos *rs, const char *id, const char *ref, const char *dir, shoal_err *err)
 {
-    hm_snapshot *snap = NULL, *known;
-    hm_repo *r;
-    int rc;
+    hm_snapshot *snap = NULL;
+    int rc = hm_snapshot_load(dir, rs->lfs_threshold, &snap, err);
 
-    rc = hm_snapshot_load(dir, rs->lfs_threshold, &snap, err);
-    if (rc)
-        return rc;
+    return rc ? rc : hm_repos_put(rs, id, ref, snap, err);
+}
+
+int hm_repos_put(hm_repos *rs, const char *id, const char *ref, hm_snapshot *snap,
+                 shoal_err *err)
+{
+    hm_snapshot *known;
+    hm_repo *r;
+
     r = hm_repos_find(rs, id);
     if (!r && !(r = repos_add(rs, id, err))) {
         hm_snapshot_free(snap);
@@ -356,7 +367,7 @@ int hm_repos_set(hm_repos *rs, const char *id, const char *ref, const char *dir,
     }
 done:
     LOG_INFO("hubmock", "%s@%s -> commit %s (%zu files, %s)", id, ref, snap->commit,
-             snap->nfiles, snap->dir);
+             snap->nfiles, snap->dir ? snap->dir : synth_model_key(snap->synth));
     return 0;
 }
 
@@ -389,4 +400,9 @@ void hm_repos_free(hm_repos *rs)
     free(rs->v);
     rs->v = NULL;
     rs->n = 0;
+    for (size_t i = 0; i < rs->nmodels; i++)
+        synth_model_free(rs->models[i]);
+    free(rs->models);
+    rs->models = NULL;
+    rs->nmodels = 0;
 }

@@ -1,25 +1,22 @@
 /* config_json.c — config.json and tokenizer_config.json of a synthetic model.
  *
- * Owns: every key of k3.md §1 with the values of mk_config; keys whose
+ * Owns: every key of k3.md §1 with the values of synth_config; keys whose
  * value does not depend on the preset keep K3's value.  Uses jansson
- * directly (inside this tool only) for real-number formatting that people
- * can read: 1e-05, not 1.0000000000000001e-05.  Does not own the tensor
- * layout (tensors.c).
+ * directly (inside this component only) for real-number formatting that
+ * people can read: 1e-05, not 1.0000000000000001e-05.  Does not own the
+ * tensor layout (tensors.c).
  */
-#include "tools/mkmodel/mkmodel_int.h"
+#include "synth/synth_int.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/path.h"
-#include "common/sys.h"
-
 /* K3's special-token offsets from the vocabulary base (k3.md §4/§6). */
 enum { SP_BOS = 0, SP_EOS = 1, SP_END_OF_MSG = 2, SP_MEDIA_PAD = 21 };
 
-static json_t *int_list(const mk_config *c, int want_mla)
+static json_t *int_list(const synth_config *c, int want_mla)
 {
     json_t *a = json_array();
     for (int i = 0; i < c->layers; i++)
@@ -61,9 +58,9 @@ static json_t *quantization_config(void)
     return q;
 }
 
-static void token_ids(json_t *o, const mk_config *c)
+static void token_ids(json_t *o, const synth_config *c)
 {
-    int base = c->vocab - MK_SPECIALS;
+    int base = c->vocab - SYNTH_SPECIALS;
     json_object_set_new(o, "bos_token_id", json_integer(base + SP_BOS));
     json_object_set_new(o, "eos_token_id", json_integer(base + SP_END_OF_MSG));
     json_object_set_new(o, "pad_token_id", json_integer(c->vocab - 1));
@@ -74,7 +71,7 @@ static void token_ids(json_t *o, const mk_config *c)
 #define SETS(o, k, v) json_object_set_new(o, k, json_string(v))
 #define SETB(o, k, v) json_object_set_new(o, k, json_boolean(v))
 
-static json_t *text_config(const mk_config *c)
+static json_t *text_config(const synth_config *c)
 {
     json_t *t = json_object(), *la = json_object();
 
@@ -130,30 +127,49 @@ static json_t *text_config(const mk_config *c)
     return t;
 }
 
-/* Serialise and write atomically; takes ownership of j. */
-static int json_write(json_t *j, const char *dir, const char *file, shoal_err *err)
+/* Serialise into out with a final newline; takes ownership of j. */
+static int json_render(json_t *j, shoal_buf *out, const char *file, shoal_err *err)
 {
-    char path[SHOAL_PATH_MAX];
     char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) : NULL;
     int rc;
 
     json_decref(j);
     if (!text)
-        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory writing %s", file);
-    if (shoal_path_join(path, sizeof path, dir, file)) {
-        free(text);
-        return shoal_err_set(err, SHOAL_ETOOBIG, "output path too long");
-    }
-    size_t n = strlen(text);
-    text[n] = '\n';   /* json_dumps leaves no newline; replace the NUL */
-    rc = shoal_write_file_atomic(path, text, n + 1, err);
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory rendering %s", file);
+    rc = shoal_buf_append_str(out, text);
+    rc = rc ? rc : shoal_buf_append_u8(out, '\n');   /* json_dumps leaves none */
     free(text);
-    return rc;
+    return rc ? shoal_err_set(err, rc, "out of memory rendering %s", file) : 0;
 }
 
-int mk_config_write(const mk_config *c, const char *dir, shoal_err *err)
+/* Present so loaders see K3's shape; a text engine ignores it.  The k3
+ * preset describes the tensors vision.c makes. */
+static json_t *vision_config(const synth_config *c)
 {
-    json_t *root = json_object(), *arch = json_array(), *vision = json_object();
+    json_t *v = json_object(), *merge;
+
+    SETS(v, "model_type", "kimi_k3_vision");
+    if (!c->vision) {
+        SETI(v, "hidden_size", 64);
+        SETI(v, "num_hidden_layers", 1);
+        SETI(v, "patch_size", 14);
+        return v;
+    }
+    merge = json_array();
+    json_array_append_new(merge, json_integer(2));
+    json_array_append_new(merge, json_integer(2));
+    SETI(v, "hidden_size", 1152);
+    SETI(v, "intermediate_size", 4304);
+    SETI(v, "num_hidden_layers", 13);
+    SETI(v, "num_attention_heads", 16);
+    SETI(v, "patch_size", 14);
+    json_object_set_new(v, "merge_kernel_size", merge);
+    return v;
+}
+
+int synth_config_render(const synth_config *c, shoal_buf *out, shoal_err *err)
+{
+    json_t *root = json_object(), *arch = json_array();
 
     json_array_append_new(arch, json_string("KimiK3ForConditionalGeneration"));
     json_object_set_new(root, "architectures", arch);
@@ -161,27 +177,22 @@ int mk_config_write(const mk_config *c, const char *dir, shoal_err *err)
     SETS(root, "dtype", "bfloat16");
     SETB(root, "tie_word_embeddings", 0);
     token_ids(root, c);
-    SETI(root, "media_placeholder_token_id", c->vocab - MK_SPECIALS + SP_MEDIA_PAD);
-    /* Present so loaders see K3's shape; a text engine ignores it. */
-    SETS(vision, "model_type", "kimi_k3_vision");
-    SETI(vision, "hidden_size", 64);
-    SETI(vision, "num_hidden_layers", 1);
-    SETI(vision, "patch_size", 14);
-    json_object_set_new(root, "vision_config", vision);
+    SETI(root, "media_placeholder_token_id", c->vocab - SYNTH_SPECIALS + SP_MEDIA_PAD);
+    json_object_set_new(root, "vision_config", vision_config(c));
     json_object_set_new(root, "text_config", text_config(c));
-    SETS(root, "mkmodel_preset", c->preset == MK_PRESET_TINY ? "tiny" : "slice");
+    SETS(root, "mkmodel_preset", synth_preset_name(c->preset));
     SETI(root, "mkmodel_seed", (json_int_t)c->seed);
-    return json_write(root, dir, "config.json", err);
+    return json_render(root, out, "config.json", err);
 }
 
-int mk_tokenizer_config_write(const mk_config *c, const char *dir, shoal_err *err)
+int synth_tokenizer_config_render(const synth_config *c, shoal_buf *out, shoal_err *err)
 {
     static const struct { int off; const char *text; } sp[] = {
         { 0, "[BOS]" }, { 1, "[EOS]" }, { 2, "<|end_of_msg|>" }, { 3, "<|open|>" },
         { 4, "<|close|>" }, { 5, "<|sep|>" }, { -1, "[PAD]" },
     };
     json_t *root = json_object(), *dec = json_object(), *extra = json_array();
-    int base = c->vocab - MK_SPECIALS;
+    int base = c->vocab - SYNTH_SPECIALS;
 
     for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) {
         json_t *e = json_object();
@@ -204,5 +215,5 @@ int mk_tokenizer_config_write(const mk_config *c, const char *dir, shoal_err *er
     SETB(root, "clean_up_tokenization_spaces", 0);
     SETI(root, "model_max_length", c->max_pos);
     SETS(root, "tokenizer_class", "TikTokenTokenizer");
-    return json_write(root, dir, "tokenizer_config.json", err);
+    return json_render(root, out, "tokenizer_config.json", err);
 }

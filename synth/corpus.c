@@ -2,9 +2,9 @@
  *
  * Owns: only this text.  Changing one byte changes tiktoken.model, so treat
  * it as frozen: English prose, C and Python, numbers, contractions. */
-#include "tools/mkmodel/mkmodel_int.h"
+#include "synth/synth_int.h"
 
-const char mk_corpus[] =
+const char synth_corpus[] =
     "The quick brown fox jumps over the lazy dog. The dog does not mind; it is used to it.\n"
     "Once upon a time, in a small town by the sea, there lived an old man who repaired clocks.\n"
     "Every morning he opened his shop at seven o'clock, and every evening he closed it at six.\n"

@@ -4,7 +4,7 @@
  * file format, one line per rank: base64(bytes) SP rank.
  *
  *   ranks 0..255        the single bytes 0..255, in byte order
- *   ranks 256..base-1   greedy merges: at each step the adjacent pair that
+ *   ranks 256..767      greedy merges: at each step the adjacent pair that
  *                       occurs most often in the corpus pieces wins; ties go
  *                       to the pair whose left byte string is smallest
  *                       (memcmp order, a prefix before its extensions), then
@@ -14,17 +14,22 @@
  * pre-tokenizer regex (k3.md §4), so no merge crosses a piece boundary that
  * the encoder would never cross.  A merge whose bytes already have a rank
  * (the same string reached by another split) is applied without a new rank,
- * so every rank's byte string is unique, as tiktoken requires.  Does not own
- * encoding text (the engine's tokenizer does).
+ * so every rank's byte string is unique, as tiktoken requires.
+ *
+ *   ranks 768..base-1   (k3 only: base = 163,584, K3's own) inert padding:
+ *                       rank 768+k is the 3 bytes 0xF8+(k>>16), (k>>8)&255,
+ *                       k&255.  Bytes 0xF8..0xFF never occur in UTF-8 and
+ *                       no trained merge holds them, so no text encodes to
+ *                       a padding rank; they make the vocabulary K3's size,
+ *                       so the specials sit at K3's ids (163584 = [BOS]).
+ *
+ * Tiny and slice (base 768) have no padding.  Does not own encoding text
+ * (the engine's tokenizer does).
  */
-#include "tools/mkmodel/mkmodel_int.h"
+#include "synth/synth_int.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#include "common/buf.h"
-#include "common/path.h"
-#include "common/sys.h"
 
 typedef struct tok { const uint8_t *p; size_t n; } tok;          /* bytes of a rank */
 typedef struct piece { const uint8_t *p; size_t n; uint32_t *ids; size_t len; uint64_t freq; } piece;
@@ -133,7 +138,7 @@ static int pair_cmp(const void *a, const void *b)
 /* The unique corpus pieces with their counts, each as a list of byte ids. */
 static int pieces_make(piece **out, size_t *count)
 {
-    const char *s = mk_corpus;
+    const char *s = synth_corpus;
     size_t len = strlen(s), n = 0, u = 0;
     piece *ps = calloc(len + 1, sizeof *ps);
 
@@ -276,37 +281,44 @@ static int b64_append(shoal_buf *b, const uint8_t *p, size_t n)
     return rc;
 }
 
-int mk_tiktoken_write(const mk_config *cfg, const char *dir, shoal_err *err)
+#define TRAINED_RANKS 768     /* 256 bytes + 512 merges */
+
+int synth_tiktoken_render(const synth_config *cfg, shoal_buf *out, shoal_err *err)
 {
-    size_t ranks = (size_t)(cfg->vocab - MK_SPECIALS);
+    size_t ranks = (size_t)(cfg->vocab - SYNTH_SPECIALS);
+    size_t trained = ranks < TRAINED_RANKS ? ranks : TRAINED_RANKS;
     static uint8_t bytes[256];
-    tok *vocab = calloc(ranks, sizeof *vocab);
-    char path[SHOAL_PATH_MAX];
-    shoal_buf b;
+    tok *vocab;
     int rc;
 
-    if (!vocab)
+    if (ranks < 256 || (ranks > TRAINED_RANKS && ranks - TRAINED_RANKS > (8u << 16)))
+        return shoal_err_set(err, SHOAL_EINVAL, "vocabulary of %d: want 512..%u", cfg->vocab,
+                             TRAINED_RANKS + (8u << 16) + SYNTH_SPECIALS);
+    if (!(vocab = calloc(trained, sizeof *vocab)))
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     for (int i = 0; i < 256; i++) {
         bytes[i] = (uint8_t)i;
         vocab[i] = (tok){ &bytes[i], 1 };
     }
-    shoal_buf_init(&b, 0);
-    if ((rc = train(vocab, ranks, err)))
+    if ((rc = train(vocab, trained, err)))
         goto out;
     for (size_t r = 0; r < ranks && !rc; r++) {
-        rc = b64_append(&b, vocab[r].p, vocab[r].n);
-        rc = rc ? rc : shoal_buf_appendf(&b, " %zu\n", r);
+        uint8_t pad[3];
+        if (r < trained) {
+            rc = b64_append(out, vocab[r].p, vocab[r].n);
+        } else {
+            size_t k = r - trained;
+            pad[0] = (uint8_t)(0xF8 + (k >> 16));
+            pad[1] = (uint8_t)(k >> 8);
+            pad[2] = (uint8_t)k;
+            rc = b64_append(out, pad, 3);
+        }
+        rc = rc ? rc : shoal_buf_appendf(out, " %zu\n", r);
     }
     if (rc)
-        shoal_err_set(err, rc, "out of memory writing tiktoken.model");
-    else if (shoal_path_join(path, sizeof path, dir, "tiktoken.model"))
-        rc = shoal_err_set(err, SHOAL_ETOOBIG, "output path too long");
-    else
-        rc = shoal_write_file_atomic(path, b.data, b.len, err);
+        shoal_err_set(err, rc, "out of memory rendering tiktoken.model");
 out:
-    shoal_buf_free(&b);
-    for (size_t r = 256; r < ranks; r++)
+    for (size_t r = 256; r < trained; r++)
         free((void *)vocab[r].p);
     free(vocab);
     return rc;
