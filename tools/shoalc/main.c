@@ -334,11 +334,23 @@ static int do_open(run *r, const char *model, shoal_err *err)
 {
     double t0 = now_ms();
     uint32_t handle;
+    uint64_t spine = 0;
+    size_t shards = 0;
     int rc = open_model(r, model, &handle, err);
-    if (rc == 0)
-        printf("opened %s handle %u in %.1f ms: %zu files %zu tensors %zu experts\n", model,
-               handle, now_ms() - t0, r->man->nfiles, r->man->ntensors, r->man->nexperts);
-    return rc;
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < r->man->ntensors; i++)
+        spine += r->man->tensors[i].is_spine ? r->man->tensors[i].length : 0;
+    for (size_t i = 0; i < r->man->nfiles; i++) {
+        size_t n = strlen(r->man->files[i].path);
+        shards += n > 12 && strcmp(r->man->files[i].path + n - 12, ".safetensors") == 0;
+    }
+    printf("opened %s handle %u in %.1f ms: %zu files %zu tensors %zu experts\n", model, handle,
+           now_ms() - t0, r->man->nfiles, r->man->ntensors, r->man->nexperts);
+    printf("manifest layers %u experts_per_layer %u expert_bytes %" PRIu64 " spine_bytes %" PRIu64
+           " shards %zu\n", r->man->n_layers, r->man->experts_per_layer, r->man->expert_bytes,
+           spine, shards);
+    return 0;
 }
 
 /* XXH3-128 (canonical) of [0, len) of fd. */
