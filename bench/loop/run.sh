@@ -7,7 +7,9 @@
 #   b. stores a multi-GB derived object, PUT_BEGIN/PUT_COMMIT (the client
 #      writes into the daemon's file, the daemon hashes it) and PUT (the
 #      daemon copies the client's file, then hashes it);
-#   c. verifies (--deep) a cache of thousands of objects.
+#   c. verifies (--deep) a cache of thousands of objects: the same cache
+#      (K3's 95 headers and manifest, the two packs) and a synthesized
+#      tiny-k3 of 32 layers x 128 experts, warmed (~4,800 objects).
 # Each phase's p99 and max answer times are figures against the bounds the
 # issue states (p99 <= 100 ms, max <= 250 ms: ratio <= 1), beside the
 # pinger's p99 with shoald idle, measured in the same run.  And the OPEN's
@@ -169,24 +171,28 @@ try:
             f.seek(off)
             f.write(os.urandom(1 << 20))
     pg = Pinger(hb, "put")
+    # (--no-fsync: each PUT leaves GBs of dirty pages; without a sync the
+    # next one's writes are throttled by the kernel's writeback)
+    os.sync()
     t0 = time.monotonic()
     shoalc(hb, "--begin", "put", K3, "bench-pack-a", pack)
     t_begin = time.monotonic() - t0
+    os.sync()
     t0 = time.monotonic()
     shoalc(hb, "put", K3, "bench-pack-b", pack)
     t_put = time.monotonic() - t0
     n_put, p99_put, max_put = pg.stop()
     os.unlink(pack)
-    print("PUT_BEGIN/COMMIT of %.1f GB: %.2f s (%.2f GB/s); PUT: %.2f s (%.2f GB/s)" % (
+    print("PUT_BEGIN/COMMIT of %.1f GB: %.2f s (%.2f GB/s); PUT: %.2f s (%.2f GB/s)"
+          " (the client's whole call: hashing the file, writing or handing it, the daemon's"
+          " hash)" % (
         size / 1e9, t_begin, size / 1e9 / t_begin, t_put, size / 1e9 / t_put))
     record("loop.ping_put_p99_ms", p99_put, "ms", "bound 100 ms (idle p99 %.2f ms)" % p99_idle,
            100.0, "lower", 1.0)
     record("loop.ping_put_max_ms", max_put, "ms", "bound 250 ms", 250.0, "lower", 1.0)
-    stop(d)
 
     # ---- c. VERIFY --deep of thousands of objects ------------------------------------
-    hc = os.path.join(T, "home_c")
-    d = daemon(hc, "shoald_c")
+    hc = hb
     out = shoalc(hc, "warm", "hf://t/many", "all", "--wait")
     objects = int(re.search(r"objects (\d+)/", out).group(1))
     t0 = time.monotonic()
@@ -198,8 +204,9 @@ try:
     t_verify = time.monotonic() - t0
     n_ver, p99_ver, max_ver = pg.stop()
     v = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
-    print("VERIFY --deep: %d objects checked, %d files of %d complete and %d ok, %.2f s" % (
-        v["checked"], v["deep"]["complete"], v["deep"]["files"], v["deep"]["ok"], t_verify))
+    print("VERIFY --deep: %d objects (%.1f GB) checked, %d files of %d complete and %d ok, %.2f s"
+          % (v["checked"], v["bytes"] / 1e9, v["deep"]["complete"], v["deep"]["files"],
+             v["deep"]["ok"], t_verify))
     record("loop.ping_verify_p99_ms", p99_ver, "ms", "bound 100 ms (idle p99 %.2f ms)" % p99_idle,
            100.0, "lower", 1.0)
     record("loop.ping_verify_max_ms", max_ver, "ms", "bound 250 ms", 250.0, "lower", 1.0)
