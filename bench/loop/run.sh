@@ -15,6 +15,8 @@
 # pinger's p99 with shoald idle, measured in the same run.  And the OPEN's
 # time against its bound: 2 x (the requests it made x 20 ms / parallel)
 # + the same OPEN with no latency (parse and build), also measured here.
+# Both OPENs are the best of two first OPENs (fresh homes); the pinger's
+# figures are the worse of its two runs.
 #
 # The pinger asks STATS of one small model ({"model": "t/pinger"}): it
 # measures how long the loop keeps a client waiting, not the stats
@@ -124,31 +126,42 @@ try:
     os.environ["HF_ENDPOINT"] = HUB
 
     # ---- the pinger idle, and the OPEN with no latency (the parse baseline) ----
-    ha = os.path.join(T, "home_a")
-    d = daemon(ha, "shoald_a")
-    pi = Pinger(ha, "idle")
-    time.sleep(3)
-    n_idle, p99_idle, max_idle = pi.stop()
-    t0 = time.monotonic()
-    shoalc(ha, "open", K3)
-    t_parse = time.monotonic() - t0
-    stop(d)
+    # Each OPEN is a first one (a fresh home); best of two, as the OPEN
+    # with latency below: a shared machine's noise is larger than the
+    # latency's share.
+    t_parse = 1e9
+    for i in range(2):
+        ha = os.path.join(T, "home_a%d" % i)
+        d = daemon(ha, "shoald_a%d" % i)
+        if i == 0:
+            pi = Pinger(ha, "idle")
+            time.sleep(3)
+            n_idle, p99_idle, max_idle = pi.stop()
+        t0 = time.monotonic()
+        shoalc(ha, "open", K3)
+        t_parse = min(t_parse, time.monotonic() - t0)
+        stop(d)
 
     # ---- a. the first OPEN of K3, 20 ms per request ----------------------------
     faults("latency=%d" % LATENCY)
-    hb = os.path.join(T, "home_b")
-    d = daemon(hb, "shoald_b")
-    pg = Pinger(hb, "open")
-    r0 = hub_requests()
-    t0 = time.monotonic()
-    out = shoalc(hb, "--progress", "open", K3)
-    t_open = time.monotonic() - t0
-    requests = hub_requests() - r0
-    n_open, p99_open, max_open = pg.stop()
+    t_open, p99_open, max_open = 1e9, 0.0, 0.0
+    for i in range(2):
+        hb = os.path.join(T, "home_b%d" % i)
+        d = daemon(hb, "shoald_b%d" % i)
+        pg = Pinger(hb, "open%d" % i)
+        r0 = hub_requests()
+        t0 = time.monotonic()
+        out = shoalc(hb, "--progress", "open", K3)
+        t_open = min(t_open, time.monotonic() - t0)
+        requests = hub_requests() - r0
+        n, p99, mx = pg.stop()
+        p99_open, max_open = max(p99_open, p99), max(max_open, mx)   # the worse pinger
+        if i == 0:
+            stop(d)
     faults("clear=1")
     m = re.search(r"(\d+) files (\d+) tensors (\d+) experts", out)
-    print("OPEN of K3 with %d ms per request: %.2f s, %d requests, %s files, %s tensors, %s experts;"
-          " %d PROGRESS frames; no latency: %.2f s" % (LATENCY, t_open, requests, m.group(1),
+    print("OPEN of K3 with %d ms per request: %.2f s (best of 2), %d requests, %s files, %s tensors,"
+          " %s experts; %d PROGRESS frames; no latency: %.2f s" % (LATENCY, t_open, requests, m.group(1),
           m.group(2), m.group(3), out.count("progress "), t_parse))
     bound = 2 * (requests * LATENCY / 1000.0 / PARALLEL) + t_parse
     record("loop.open_k3_latency20_s", t_open, "s",
