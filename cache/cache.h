@@ -123,9 +123,22 @@ typedef struct cache_config {
      * fsyncs (bulk imports and benchmarks; a power loss may then lose
      * recent objects — recovery still drops them, verify catches them). */
     int      no_fsync;
+    /* 0 (default): the writer's SQLite connection checkpoints its WAL
+     * itself when it grows (an fsync of index.db on the writer's thread,
+     * which waits behind every other write of the disk: 0.3 s while a PUT
+     * streams GBs).  1: it never does; the owner calls
+     * cache_wal_checkpoint() now and then from another thread, on a side
+     * handle (shoald: a worker every 2 s). */
+    int      manual_wal_checkpoint;
 } cache_config;
 
 enum { CACHE_OPEN_READER = 1, CACHE_OPEN_SIDE = 2 };
+
+/* Copy the WAL's committed frames into index.db and sync it, without
+ * waiting for the writer or for readers (SQLite's PASSIVE checkpoint).  On
+ * a side handle or the writer; a reader cannot.  0, or SHOAL_EBUSY when
+ * another checkpoint runs. */
+int cache_wal_checkpoint(cache *c, shoal_err *err);
 
 /* Fill cfg with the defaults above.  Cannot fail. */
 void cache_config_default(cache_config *cfg);

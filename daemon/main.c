@@ -212,6 +212,7 @@ static int daemon_open(shoald *d, shoal_err *err)
     if (d->cfg.max_size)
         cc.max_bytes = d->cfg.max_size;
     cc.no_fsync = d->cfg.no_fsync;
+    cc.manual_wal_checkpoint = 1;   /* a worker syncs index.db (work.c), never the loop */
     rc = cache_open(d->cfg.home, &cc, &d->cache, &rep, err);
     if (rc == SHOAL_ELOCKED)
         return shoal_err_wrap(err, rc, "another shoald is running on %s", d->cfg.home);

@@ -1,7 +1,8 @@
 /* test_cache_threads.c — the cache's rules for threads (cache.h,
  * "Threads"): a side handle beside the writer, a writer filled on another
  * thread and adopted, verify in two halves (a scan on the side handle, the
- * writer's removal), GC in steps, the unlinker hook, lengths by etag. */
+ * writer's removal), GC in steps, the unlinker hook, lengths by etag, WAL
+ * checkpoints left to another thread. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -303,6 +304,47 @@ static void test_unlinker(void **state)
     assert_int_equal(tu_count_files(f->dir, "blobs"), 0);
 }
 
+static long file_size(const fx *f, const char *name)
+{
+    char p[512];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", f->dir, name);
+    return stat(p, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* With manual checkpoints the writer's commits only append to the WAL
+ * (no fsync on its thread); a side handle's checkpoint moves them into
+ * index.db.  A reader cannot checkpoint. */
+static void test_manual_checkpoint(void **state)
+{
+    fx *f = *state;
+    shoal_err err = { 0, "" };
+    cache *s, *r;
+    long db0, wal0;
+
+    cache_close(f->c);
+    f->c = NULL;
+    f->cfg.manual_wal_checkpoint = 1;
+    assert_int_equal(cache_open(f->dir, &f->cfg, &f->c, NULL, &err), 0);
+    db0 = file_size(f, "index.db");
+    for (int i = 0; i < 1500; i++) {
+        char e[16];
+        snprintf(e, sizeof e, "w%d", i);
+        assert_int_equal(tu_write_obj(f->c, e, 0, 64, CACHE_KIND_EXPERT, NULL, 64, &err), 0);
+    }
+    wal0 = file_size(f, "index.db-wal");
+    assert_int_equal(file_size(f, "index.db"), db0);   /* 1,500 commits, no checkpoint */
+    assert_true(wal0 > 1000 * 4096);                   /* past SQLite's autocheckpoint */
+    s = side_open(f, CACHE_OPEN_SIDE);
+    r = side_open(f, CACHE_OPEN_READER);
+    assert_int_equal(cache_wal_checkpoint(r, &err), SHOAL_EINVAL);
+    assert_int_equal(cache_wal_checkpoint(s, &err), 0);
+    assert_true(file_size(f, "index.db") > db0);
+    assert_int_equal(tu_check_obj(r, "w1499", 0, 64), 0);
+    cache_close(r);
+    cache_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -311,6 +353,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_verify_halves, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_gc_steps, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_unlinker, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_manual_checkpoint, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
