@@ -4,8 +4,8 @@
 #   - the first OPEN of the full layout (96 shards, 497,220 tensors), each
 #     request answered after 20 ms: the manifest has K3's 82,432 experts of
 #     17,547,264 bytes, 2,460 spine tensors of 113.5 GB (k3.md §8) and its
-#     94 language shards; it took less than the same requests one after
-#     another; a pinger (STATS every 50 ms) was answered throughout (a
+#     94 language shards; its header reads overlapped (hubmock's request
+#     times: 8 at once); a pinger (STATS every 50 ms) was answered throughout (a
 #     loose bound here, the strict one in `make bench`); PROGRESS came; the
 #     94 shard headers and the manifest are stored;
 #   - after a restart the OPEN reads the manifest from the cache: no shard
@@ -22,7 +22,7 @@ LIMIT_MS=2000
 [ -n "${SHOAL_ASAN:-}" ] && LIMIT_MS=8000
 
 start_hubmock --synth org/k3=k3 --synth t/pinger=tiny --synth t/badh=tiny,bad=header \
-    --synth t/bads=tiny,bad=sha --log "$T/hub.jsonl"
+    --synth t/bads=tiny,bad=sha --log "$T/hub.jsonl" --log-times
 export HF_ENDPOINT=$HUB
 H=$T/home
 start_daemon() {
@@ -55,13 +55,27 @@ grep -q ' 2460 tensors 82432 experts' "$T/open" || fail "K3's manifest: $(grep '
 [ "$spine" -gt 113400000000 ] && [ "$spine" -lt 113600000000 ] \
     || fail "K3's spine holds $spine bytes, k3.md §8 says 113.5 GB"
 grep -q '^progress headers ' "$T/open" || fail "no PROGRESS during OPEN"
-# the same requests one after another would take requests x 20 ms on top
-[ "$ms" -lt $(( requests * 20 )) ] || fail "OPEN took $ms ms for $requests requests of 20 ms"
+# the header reads overlapped: at some moment 4 or more CDN answers were
+# under way at once (8 readers; a time bound is the bench's, not a shared
+# machine's test)
+conc=$(tail -n +$((n0 + 1)) "$T/hub.jsonl" | /usr/bin/python3 -c '
+import json, sys
+ev = []
+for l in sys.stdin:
+    r = json.loads(l)
+    if r["port"] == "cdn":
+        ev += [(r["t0_us"], 1), (r["t1_us"], -1)]
+n = best = 0
+for _, d in sorted(ev, key=lambda e: (e[0], e[1])):
+    n += d
+    best = max(best, n)
+print(best)')
+[ "$conc" -ge 4 ] || fail "at most $conc shard header reads were under way at once (8 readers)"
 pl=$(grep '^pings ' "$T/ping.log") || fail "the pinger printed nothing"
 max=$(echo "$pl" | awk '{print $8}')
 awk -v m="$max" -v l="$LIMIT_MS" 'BEGIN { exit !(m <= l) }' || fail "a STATS took $max ms: $pl"
 wait_line "$LOG" 'stored 95 objects a manifest build read' 30 || fail "headers not stored"
-echo "ok   first OPEN of K3 at 20 ms a request: $ms ms for $requests requests (one after another: $((requests * 20)) ms + parsing); 82,432 experts, spine $spine B; pinger: $pl"
+echo "ok   first OPEN of K3 at 20 ms a request: $ms ms for $requests requests ($conc at once at most; one after another: $((requests * 20)) ms + parsing); 82,432 experts, spine $spine B; pinger: $pl"
 
 # ---- the manifest from the cache after a restart ---------------------------------------
 kill -TERM "$PID_shoald"; wait "$PID_shoald" || fail "shoald exit"
