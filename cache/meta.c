@@ -4,9 +4,7 @@
  * model ids counters and names refer to), the `files` table (etag, size,
  * CDN location and its expiry per file and commit, for the fetcher), and
  * the `names` rows that make objects findable.  Does not own resolving
- * anything (fetcher/).  Models and files are plain rows nobody holds in
- * memory, so a side handle (a worker thread's, cache.h "Threads") may
- * record them too.
+ * anything (fetcher/).
  */
 #include "cache/cache_int.h"
 
@@ -89,7 +87,7 @@ int cache_model_put(cache *c, const char *endpoint, const char *repo, const char
                     const char *commit, int64_t *id, shoal_err *err)
 {
     int64_t local;
-    if (c->cfg.read_only == CACHE_OPEN_READER)
+    if (c->cfg.read_only)
         return shoal_err_set(err, SHOAL_EINVAL, "cache %s is open read-only", c->dir);
     if (!repo || !*repo || !revision || !commit)
         return shoal_err_set(err, SHOAL_EINVAL, "cache_model_put: repo, revision and commit are needed");
@@ -131,7 +129,7 @@ int cache_file_put(cache *c, const cache_file *f, shoal_err *err)
     sqlite3_stmt *s = NULL;
     int rc;
 
-    if (c->cfg.read_only == CACHE_OPEN_READER)
+    if (c->cfg.read_only)
         return shoal_err_set(err, SHOAL_EINVAL, "cache %s is open read-only", c->dir);
     if (!f->repo[0] || !f->commit[0] || !f->path[0])
         return shoal_err_set(err, SHOAL_EINVAL, "cache_file_put: repo, commit and path are needed");
@@ -152,6 +150,21 @@ int cache_file_put(cache *c, const cache_file *f, shoal_err *err)
     rc = sqlite3_step(s);
     sqlite3_finalize(s);
     return rc == SQLITE_DONE ? 0 : cache_db_fail(c, rc, "file put", err);
+}
+
+int cache_files_put(cache *c, const cache_file *f, size_t n, shoal_err *err)
+{
+    int rc;
+    if (n == 0)
+        return 0;
+    if ((rc = cache_db_begin(c, err)) != 0)
+        return rc;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = cache_file_put(c, &f[i], err);
+    if (rc == 0)
+        return cache_db_commit(c, err);
+    cache_db_rollback(c);
+    return rc;
 }
 
 int cache_file_get(cache *c, const char *endpoint, const char *repo, const char *commit,

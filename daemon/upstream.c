@@ -305,6 +305,7 @@ int upstream_model_prepare(const daemon_config *cfg, const char *spec, cache *si
     o.demand_headroom = cfg->parallel / 2 < 1 ? 1 : cfg->parallel / 2;   /* upstream_headroom */
     o.split_min = cfg->split_min;
     o.stop = stop;
+    o.defer_records = 1;   /* the side handle only reads; the loop records (attach) */
     rc = fetch_upstream_open(&o, side, &um->u, err);
     if (rc == 0) {
         bo.parallel = cfg->parallel;
@@ -313,7 +314,7 @@ int upstream_model_prepare(const daemon_config *cfg, const char *spec, cache *si
         rc = fetch_manifest_build(um->u, side, &bo, man, from_cache, keep, err);
     }
     if (um->u)   /* the side handle is the worker's: forget it */
-        fetch_upstream_set_cache(um->u, NULL);
+        fetch_upstream_set_cache(um->u, NULL, NULL);
     if (rc) {
         upstream_model_discard(um);
         return rc;
@@ -325,11 +326,14 @@ int upstream_model_prepare(const daemon_config *cfg, const char *spec, cache *si
 
 int upstream_model_attach(shoald *d, model *m, struct upstream_model *um, shoal_err *err)
 {
+    shoal_err e = { 0 };
     um->d = d;
     um->m = m;
     m->up = um;
     m->local = fetch_upstream_is_local(um->u);
-    fetch_upstream_set_cache(um->u, d->cache);
+    /* what the worker resolved, recorded now: one transaction */
+    if (fetch_upstream_set_cache(um->u, d->cache, &e) != 0)
+        LOG_WARN("upstream", "%s: recording its resolutions: %s", m->spec, e.msg);
     um->ev_timer = event_new(d->base, -1, 0, on_timer, um);
     if (!um->ev_timer)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");

@@ -74,6 +74,11 @@ typedef struct fetch_options {
     long        backoff_max_ms;  /* cap; 0: 8000 */
     long        max_wait_s;      /* cap on a server's Retry-After; 0: 60 */
     uint32_t    seed;            /* jitter PRNG seed; 0: from the clock */
+    int         defer_records;   /* 1: record nothing in the cache (the pin,
+                                    resolutions) until fetch_upstream_set_cache
+                                    writes it all in one transaction: the
+                                    cache handle given to open is a worker's
+                                    side handle, which only reads */
     const _Atomic int *stop;     /* when *stop becomes nonzero, the blocking
                                     metadata calls (open, manifest build) give
                                     up soon with SHOAL_ECANCELED: a request
@@ -94,10 +99,13 @@ typedef struct fetch_upstream fetch_upstream;
 int fetch_upstream_open(const fetch_options *o, cache *c, fetch_upstream **out, shoal_err *err);
 void fetch_upstream_free(fetch_upstream *u);
 
-/* From now on record resolutions in c (may be NULL): the upstream was
- * opened on a worker thread's side handle and goes on in a session on the
- * writer's thread (cache/cache.h, "Threads"). */
-void fetch_upstream_set_cache(fetch_upstream *u, cache *c);
+/* From now on use c (may be NULL) for reading and recording resolutions:
+ * the upstream was opened on a worker thread's side handle and goes on in
+ * a session on the writer's thread (cache/cache.h, "Threads").  With
+ * defer_records and a c that is not NULL, what was deferred (the model's
+ * pin, every resolution so far) is written to c now, in one transaction,
+ * and later resolutions are recorded as they come. */
+int fetch_upstream_set_cache(fetch_upstream *u, cache *c, shoal_err *err);
 
 /* The pinned commit ("local-<hex>" for a directory); borrowed. */
 const char *fetch_upstream_commit(const fetch_upstream *u);

@@ -18,6 +18,7 @@ typedef struct up_file {
     int      ready;             /* hf holds a usable resolution */
     hub_file hf;                /* etag, size, location (Hub) */
     int64_t  expires_ms;        /* of hf.location; 0: unknown / never */
+    int      unrecorded;        /* resolved while records were deferred */
 } up_file;
 
 struct fetch_upstream {
@@ -37,6 +38,7 @@ struct fetch_upstream {
     /* Guards files, st, rng and the cache calls while a manifest build
      * reads headers on several threads (each with its own hub_client). */
     pthread_mutex_t mu;
+    int          deferring;     /* o.defer_records, until set_cache */
 };
 
 /* A Hub client like u->hc, for a thread of its own.  Caller frees. */

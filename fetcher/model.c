@@ -514,11 +514,14 @@ static void builder_free(builder *b)
     free(b->recs);
 }
 
-static void phase(const builder *b, const char *name)
+static void phase(const builder *b, const char *name, uint64_t done, uint64_t total)
 {
     if (b->o && b->o->progress)
-        b->o->progress(b->o->ctx, name, 0, 0);
+        b->o->progress(b->o->ctx, name, done, total);
 }
+
+/* The "index" phase's steps: config, the index, the optional files. */
+#define INDEX_STEPS (2 + sizeof optional_files / sizeof *optional_files)
 
 static int build(fetch_upstream *u, const fetch_build_opts *o, int keep, manifest **out,
                  fetch_keep **kept, shoal_err *err)
@@ -534,7 +537,7 @@ static int build(fetch_upstream *u, const fetch_build_opts *o, int keep, manifes
     b.o = o;
     b.keep = keep;
     b.err = err;
-    phase(&b, "index");
+    phase(&b, "index", 0, INDEX_STEPS);
     b.m = manifest_new();
     if (!b.m)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
@@ -546,7 +549,11 @@ static int build(fetch_upstream *u, const fetch_build_opts *o, int keep, manifes
         rc = shoal_err_wrap(err, SHOAL_EFORMAT, "config.json");
     if (rc == 0 && (rc = k3_config_parse(cj, &b.cfg, err)) != 0)
         shoal_err_wrap(err, rc, "config.json");
+    if (rc == 0)
+        phase(&b, "index", 1, INDEX_STEPS);
     rc = rc ? rc : read_whole(u, b.m, INDEX_FILE, INDEX_MAX, &idx, &idx_len, err);
+    if (rc == 0)
+        phase(&b, "index", 2, INDEX_STEPS);
     if (rc == 0 && !(ij = shoal_json_parse((const char *)idx, idx_len, err)))
         rc = shoal_err_wrap(err, SHOAL_EFORMAT, "%s", INDEX_FILE);
     for (size_t i = 0; rc == 0 && i < sizeof optional_files / sizeof *optional_files; i++) {
@@ -558,6 +565,7 @@ static int build(fetch_upstream *u, const fetch_build_opts *o, int keep, manifes
             rc = manifest_file_add(b.m, optional_files[i], etag, size, NULL, err);
         else if (r2 != SHOAL_ENOTFOUND)
             rc = shoal_err_set(err, r2, "%s", e2.msg);
+        phase(&b, "index", 3 + i, INDEX_STEPS);
     }
     if (rc == 0) {
         wm = shoal_json_get(ij, "weight_map");
@@ -571,7 +579,7 @@ static int build(fetch_upstream *u, const fetch_build_opts *o, int keep, manifes
         rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     rc = rc ? rc : read_headers(&b, err);
     if (rc == 0)
-        phase(&b, "build");
+        phase(&b, "build", 0, 0);
     for (size_t i = 0; rc == 0 && i < b.nentries; i++)
         rc = add_entry(&b, &b.entries[i]);
     if (rc == 0) {

@@ -140,6 +140,21 @@ static int transient(int rc)
     return rc == SHOAL_EBUSY || rc == SHOAL_ENET || rc == SHOAL_ETIMEOUT;
 }
 
+/* The cache's record of f's resolution. */
+static void file_record(const fetch_upstream *u, const up_file *f, cache_file *cf)
+{
+    memset(cf, 0, sizeof *cf);
+    snprintf(cf->endpoint, sizeof cf->endpoint, "%s", u->endpoint);
+    snprintf(cf->repo, sizeof cf->repo, "%s", u->spec.repo);
+    snprintf(cf->commit, sizeof cf->commit, "%s", u->commit);
+    snprintf(cf->path, sizeof cf->path, "%s", f->path);
+    snprintf(cf->etag, sizeof cf->etag, "%s", f->hf.etag);
+    cf->size = f->hf.size;
+    if (strlen(f->hf.location) < sizeof cf->location)
+        memcpy(cf->location, f->hf.location, strlen(f->hf.location) + 1);
+    cf->location_expires_ms = f->expires_ms;
+}
+
 void up_file_store(fetch_upstream *u, up_file *f, const hub_file *hf)
 {
     cache_file cf;
@@ -149,20 +164,12 @@ void up_file_store(fetch_upstream *u, up_file *f, const hub_file *hf)
     f->hf = *hf;
     f->ready = 1;
     f->expires_ms = hf->is_lfs ? http_url_expiry_ms(hf->location) : 0;
-    if (!u->c || u->local) {
+    if (!u->c || u->local || u->deferring) {
+        f->unrecorded = u->deferring;
         pthread_mutex_unlock(&u->mu);
         return;
     }
-    memset(&cf, 0, sizeof cf);
-    snprintf(cf.endpoint, sizeof cf.endpoint, "%s", u->endpoint);
-    snprintf(cf.repo, sizeof cf.repo, "%s", u->spec.repo);
-    snprintf(cf.commit, sizeof cf.commit, "%s", u->commit);
-    snprintf(cf.path, sizeof cf.path, "%s", f->path);
-    snprintf(cf.etag, sizeof cf.etag, "%s", hf->etag);
-    cf.size = hf->size;
-    if (strlen(hf->location) < sizeof cf.location)
-        memcpy(cf.location, hf->location, strlen(hf->location) + 1);
-    cf.location_expires_ms = f->expires_ms;
+    file_record(u, f, &cf);
     if (cache_file_put(u->c, &cf, &e) != 0)
         LOG_WARN("fetch", "recording the resolution of %s: %s", f->path, e.msg);
     pthread_mutex_unlock(&u->mu);
@@ -571,6 +578,7 @@ int fetch_upstream_open(const fetch_options *o, cache *c, fetch_upstream **out, 
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     u->o = *o;
     u->c = c;
+    u->deferring = o->defer_records;
     pthread_mutex_init(&u->mu, NULL);
     if (u->o.parallel <= 0)
         u->o.parallel = FETCH_DEFAULT_PARALLEL;
@@ -611,7 +619,7 @@ int fetch_upstream_open(const fetch_options *o, cache *c, fetch_upstream **out, 
     } else {
         rc = open_local(u, o->model, err);
     }
-    if (rc == 0 && c) {
+    if (rc == 0 && c && !u->deferring) {
         int64_t id;
         shoal_err e;
         if (cache_model_put(c, up_model_endpoint(u), u->spec.repo, u->spec.revision, u->commit, &id, &e))
@@ -651,11 +659,35 @@ void fetch_upstream_free(fetch_upstream *u)
     free(u);
 }
 
-void fetch_upstream_set_cache(fetch_upstream *u, cache *c)
+int fetch_upstream_set_cache(fetch_upstream *u, cache *c, shoal_err *err)
 {
+    cache_file *v = NULL;
+    size_t n = 0;
+    int rc = 0;
+
     pthread_mutex_lock(&u->mu);
     u->c = c;
+    if (c && u->deferring) {
+        u->deferring = 0;
+        if (!u->local) {
+            v = calloc(u->nfiles ? u->nfiles : 1, sizeof *v);
+            for (size_t i = 0; v && i < u->nfiles; i++)
+                if (u->files[i]->ready && u->files[i]->unrecorded)
+                    file_record(u, u->files[i], &v[n++]);
+        }
+        for (size_t i = 0; i < u->nfiles; i++)
+            u->files[i]->unrecorded = 0;
+        if (!u->local && !v)
+            rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+        if (rc == 0)
+            rc = cache_files_put(c, v, n, err);
+        if (rc == 0 && u->commit[0])
+            rc = cache_model_put(c, up_model_endpoint(u), u->spec.repo, u->spec.revision,
+                                 u->commit, NULL, err);
+    }
     pthread_mutex_unlock(&u->mu);
+    free(v);
+    return rc;
 }
 
 const char *fetch_upstream_commit(const fetch_upstream *u)

@@ -10,6 +10,9 @@
 #     94 shard headers and the manifest are stored;
 #   - after a restart the OPEN reads the manifest from the cache: no shard
 #     header is requested again;
+#   - a Hub that takes 1 s for every answer: an OPEN whose client waits at
+#     most 2.5 s for a message takes longer than that, and succeeds (each
+#     step of its work sends PROGRESS);
 #   - bad input gets a clear error: a repo whose shard header claims more
 #     bytes than the file (OPEN fails naming the shard), a shard whose bytes
 #     do not hash to its etag (verify --deep names it).
@@ -21,7 +24,8 @@ done
 LIMIT_MS=2000
 [ -n "${SHOAL_ASAN:-}" ] && LIMIT_MS=8000
 
-start_hubmock --synth org/k3=k3 --synth t/pinger=tiny --synth t/badh=tiny,bad=header \
+start_hubmock --synth org/k3=k3 --synth t/pinger=tiny --synth t/slow=tiny,seed=5 \
+    --synth t/badh=tiny,bad=header \
     --synth t/bads=tiny,bad=sha --log "$T/hub.jsonl" --log-times
 export HF_ENDPOINT=$HUB
 H=$T/home
@@ -91,6 +95,16 @@ m = [m for m in json.load(sys.stdin)["models"] if m["repo"] == "org/k3"][0]
 print(m["bytes_by_kind"]["small"])')
 [ "$small" -gt 70000000 ] || fail "K3's shard headers are not in the cache ($small bytes of small files)"
 echo "ok   after a restart: $(grep -o 'in [0-9.]* ms' "$T/open2"), no shard read again; headers cached: $small B"
+
+# ---- a slow Hub: PROGRESS keeps the OPEN alive ------------------------------------------
+curl -fsS -X POST "$HUB/_mock/faults?hub_stall=1" > /dev/null
+t0=$(date +%s%N)
+$C --timeout 2500 --progress open hf://t/slow > "$T/slow" 2>&1 || fail "OPEN with a slow Hub: $(cat "$T/slow")"
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+curl -fsS -X POST "$HUB/_mock/faults?clear=1" > /dev/null
+[ "$ms" -gt 2500 ] || fail "the slow OPEN took $ms ms: it did not outlast the client's 2.5 s wait"
+frames=$(grep -c '^progress ' "$T/slow" || true)
+echo "ok   a Hub taking 1 s an answer: OPEN in $ms ms, a client waiting 2.5 s at most, $frames PROGRESS frames"
 
 # ---- bad input --------------------------------------------------------------------------
 $C open hf://t/badh > "$T/badh" 2>&1 && fail "OPEN of a repo whose header claims more than its file"

@@ -1,8 +1,9 @@
 /* test_manifest_build.c — fetch_manifest_build against hubmock: the shard
  * headers read by several threads give the same manifest as one reader;
  * what the build keeps is each shard's header [0, 8+N) and its bytes
- * outside the language model, exactly as on disk; a side handle of a cache
- * records what the build resolved but stores no object; a stop flag ends
+ * outside the language model, exactly as on disk; on a side handle of a
+ * cache the build writes nothing, and what it resolved is recorded when the
+ * upstream moves to the writer; a stop flag ends
  * a build at once; a shard whose header claims more bytes than the file is
  * named in the error whichever thread read it. */
 #include <fcntl.h>
@@ -46,6 +47,7 @@ static fetch_upstream *hub_open(cache *c, const _Atomic int *stop)
     fo.endpoint = g_th.endpoint;
     fo.backoff_ms = 10;
     fo.stop = stop;
+    fo.defer_records = c != NULL;
     if (fetch_upstream_open(&fo, c, &u, &err) != 0)
         fail_msg("open: %s", err.msg);
     return u;
@@ -139,8 +141,9 @@ static void test_parallel_equals_sequential(void **state)
     fetch_upstream_free(u4);
 }
 
-/* On a side handle the build records the pin and the files it resolved,
- * and stores no object; the writer then finds the records. */
+/* On a side handle the build writes nothing; the writer records the pin
+ * and the resolutions when the upstream moves to it, and stores what the
+ * build kept. */
 static void test_side_handle_records(void **state)
 {
     char home[300];
@@ -149,6 +152,7 @@ static void test_side_handle_records(void **state)
     cache *w = NULL, *side = NULL;
     cache_file cf;
     cache_usage us;
+    cache_model cm;
     fetch_upstream *u;
     manifest *m = NULL;
     fetch_keep *k = NULL;
@@ -164,12 +168,16 @@ static void test_side_handle_records(void **state)
     u = hub_open(side, NULL);
     assert_int_equal(fetch_manifest_build(u, side, NULL, &m, &from_cache, &k, &err), 0);
     assert_int_equal(from_cache, 0);
-    fetch_upstream_set_cache(u, w);
+    assert_int_equal(cache_file_get(w, g_th.endpoint, "org/m", fetch_upstream_commit(u),
+                                    m->files[m->nfiles - 1].path, &cf, &err), SHOAL_ENOTFOUND);
+    assert_int_equal(fetch_upstream_set_cache(u, w, &err), 0);
     cache_close(side);
     assert_int_equal(cache_usage_get(w, &us, &err), 0);
     assert_int_equal(us.objects, 0);
     assert_int_equal(cache_file_get(w, g_th.endpoint, "org/m", fetch_upstream_commit(u),
                                     m->files[m->nfiles - 1].path, &cf, &err), 0);
+    assert_int_equal(cache_model_get(w, g_th.endpoint, "org/m", "main", &cm, &err), 0);
+    assert_string_equal(cm.commit, fetch_upstream_commit(u));
     /* stored through the writer, the next build comes from the cache */
     fetch_keep_store(k, w);
     fetch_keep_free(k);
