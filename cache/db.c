@@ -6,7 +6,9 @@
  *
  * WAL with synchronous=NORMAL: a commit does not wait for an fsync; a power
  * loss may drop the last transactions, which repair at open tolerates
- * (a blob without a row is removed).  A process crash loses nothing.
+ * (a blob without a row is removed).  A process crash loses nothing.  Only
+ * checkpoints sync; with manual_wal_checkpoint the writer's thread never
+ * runs one (cache_wal_checkpoint, from another thread, does).
  */
 #include "cache/cache_int.h"
 
@@ -136,7 +138,11 @@ void cache_db_rollback(cache *c)
 
 int cache_db_open(cache *c, const char *path, int read_only, shoal_err *err)
 {
-    int flags = read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    /* A side handle checkpoints the WAL: a read-write connection that
+     * never creates or migrates anything (the writer did). */
+    int flags = read_only == CACHE_OPEN_READER ? SQLITE_OPEN_READONLY
+                : read_only ? SQLITE_OPEN_READWRITE
+                            : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
     int rc = sqlite3_open_v2(path, &c->db, flags | SQLITE_OPEN_NOMUTEX, NULL);
 
     if (rc != SQLITE_OK)
@@ -144,6 +150,8 @@ int cache_db_open(cache *c, const char *path, int read_only, shoal_err *err)
     sqlite3_busy_timeout(c->db, 5000);
     if (!read_only) {
         rc = cache_db_exec(c, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", err);
+        if (rc == 0 && c->cfg.manual_wal_checkpoint)
+            rc = cache_db_exec(c, "PRAGMA wal_autocheckpoint=0", err);
         if (rc == 0)
             rc = cache_db_exec(c, schema_sql, err);
         if (rc)
@@ -174,6 +182,16 @@ int cache_db_open(cache *c, const char *path, int read_only, shoal_err *err)
             return cache_db_fail(c, rc, "prepare", err);
     }
     return 0;
+}
+
+int cache_wal_checkpoint(cache *c, shoal_err *err)
+{
+    int rc;
+    if (c->cfg.read_only == CACHE_OPEN_READER)
+        return shoal_err_set(err, SHOAL_EINVAL, "cache %s is open read-only: cannot checkpoint",
+                             c->dir);
+    rc = sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    return rc == SQLITE_OK ? 0 : cache_db_fail(c, rc, "checkpoint", err);
 }
 
 void cache_db_close(cache *c)

@@ -152,6 +152,21 @@ int cache_file_put(cache *c, const cache_file *f, shoal_err *err)
     return rc == SQLITE_DONE ? 0 : cache_db_fail(c, rc, "file put", err);
 }
 
+int cache_files_put(cache *c, const cache_file *f, size_t n, shoal_err *err)
+{
+    int rc;
+    if (n == 0)
+        return 0;
+    if ((rc = cache_db_begin(c, err)) != 0)
+        return rc;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = cache_file_put(c, &f[i], err);
+    if (rc == 0)
+        return cache_db_commit(c, err);
+    cache_db_rollback(c);
+    return rc;
+}
+
 int cache_file_get(cache *c, const char *endpoint, const char *repo, const char *commit,
                    const char *path, cache_file *out, shoal_err *err)
 {

@@ -1,6 +1,7 @@
 /* gc.c — `shoal gc`, `pin`, `unpin` and `rm`: the commands that change
- * what the cache keeps.  Through shoald when it runs (GC, PIN); when it
- * does not, on the cache as its one writer.
+ * what the cache keeps.  Through shoald when it runs (GC, PIN: a GC runs
+ * in steps there, its PROGRESS shown on a terminal); when it does not, on
+ * the cache as its one writer.
  */
 #include "tools/shoal/shoal_int.h"
 
@@ -52,7 +53,9 @@ int cmd_gc(shoal_cli *cli, int argc, char **argv)
     shoal_buf_init(&b, 0);
     rc = cli_connect(cli, &cl, &err);
     if (rc == 0) {
+        shoal_client_on_progress(cl, cli_show_progress, NULL);
         rc = shoal_client_gc(cl, max, &b, &err);
+        cli_progress_end();
         shoal_client_close(cl);
     } else if (rc == SHOAL_ENET) {
         cache *ca = NULL;

@@ -106,6 +106,10 @@ int stats_fetch(const shoal_cli *cli, const char *spec, cache_report_by by, shoa
 /* The model's display name "repo@revision". */
 void stats_model_name(const shoal_json *m, char *out, size_t cap);
 
+/* ---- verify.c: a long call's PROGRESS on a terminal (stderr) ---- */
+void cli_show_progress(const shoal_progress *p, void *ctx);
+void cli_progress_end(void);   /* clear the line */
+
 /* ---- commands: each returns an exit code ---- */
 int cmd_stats(shoal_cli *cli, int argc, char **argv);
 int cmd_ls(shoal_cli *cli, int argc, char **argv);

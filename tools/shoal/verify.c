@@ -1,20 +1,45 @@
 /* verify.c — `shoal verify`: every object's checksum (bad ones are
  * removed so they are never served again) and, with --deep, whole files
  * against their sha256 / git etag when every byte of them is cached.
- * Through shoald when it runs, else on the cache as its writer.
+ * Through shoald when it runs (which does the work on a worker thread and
+ * sends PROGRESS, shown here on a terminal), else on the cache as its
+ * writer.  What each guarantees: docs/cache-format.md, "Verify".
  */
 #include "tools/shoal/shoal_int.h"
 
 #include <getopt.h>
 #include <string.h>
+#include <unistd.h>
+
+/* PROGRESS frames of a long call, as one line on stderr when it is a
+ * terminal (stdout stays the result's: --json). */
+void cli_show_progress(const shoal_progress *p, void *ctx)
+{
+    char line[256];
+    (void)ctx;
+    if (!isatty(STDERR_FILENO))
+        return;
+    fmt_progress(line, sizeof line, p->done, p->total, 0.0, 30);
+    fprintf(stderr, "\r%-7s %s\033[K", p->phase, line);
+    fflush(stderr);
+}
+
+void cli_progress_end(void)
+{
+    if (isatty(STDERR_FILENO))
+        fputs("\r\033[K", stderr);
+}
 
 static const char verify_help[] =
     "usage: shoal verify [MODEL] [--deep] [--json]\n"
     "\n"
-    "Recompute the XXH3-128 checksum of every cached object (of MODEL, or all);\n"
-    "a bad object is removed, so it is fetched again when next asked for.\n"
-    "  --deep   also hash every file whose every byte is cached and compare it with\n"
-    "           its etag (sha256 for LFS files, the git blob id for small files)\n"
+    "Recompute the XXH3-128 checksum of every cached object (of MODEL, or all):\n"
+    "each object still has the bytes it had when it was stored; a bad one is\n"
+    "removed, so it is fetched again when next asked for.\n"
+    "  --deep   also hash every file whose every byte is cached (a shard: its\n"
+    "           header, kept at OPEN, and all its tensors) and compare it with its\n"
+    "           etag (sha256 for LFS files, the git blob id for small files): the\n"
+    "           bytes are the ones upstream published.  A mismatch names the file.\n"
     "  --json   the result as JSON (docs/stats-json.md, \"shoal.verify\")\n"
     "Exit status 5 when anything was bad.  Through shoald when it runs.\n";
 
@@ -61,7 +86,7 @@ static int deep_here(const shoal_cli *cli, const char *spec, shoal_json *j, shoa
 
     shoal_buf_init(&bad, 0);
     if (rc == 0)
-        rc = cache_verify_deep(ca, spec[0] ? spec : NULL, &r, &bad, err);
+        rc = cache_verify_deep(ca, spec[0] ? spec : NULL, NULL, &r, &bad, err);
     cache_close(ca);
     if (rc == 0 && d && arr) {
         shoal_json_set_int(d, "files", (int64_t)r.files);
@@ -112,7 +137,9 @@ int cmd_verify(shoal_cli *cli, int argc, char **argv)
     shoal_buf_init(&b, 0);
     rc = cli_connect(cli, &cl, &err);
     if (rc == 0) {
+        shoal_client_on_progress(cl, cli_show_progress, NULL);
         rc = shoal_client_verify(cl, spec, deep, &b, &err);
+        cli_progress_end();
         shoal_client_close(cl);
     } else if (rc == SHOAL_ENET) {
         cache *ca = NULL;
