@@ -1,14 +1,20 @@
-/* bench/kernels — MXFP4 and int8 products on weights streamed from DRAM,
- * as ratios to a STREAM-style read measured right before and after each
- * figure (this machine's bandwidth swings 20-30% between runs).
+/* bench/kernels — MXFP4, int8 and int4 products on weights streamed from
+ * DRAM, as ratios to a STREAM-style read measured right before and after
+ * each figure (this machine's bandwidth swings 20-30% between runs).
  *
  *   MXFP4 matrix-vector over K3 slice experts (w1, w3: 3072x3584; w2:
- *   3584x3072), 40 experts (~700 MB, far beyond the caches) cycled, 2
+ *   3584x3072), 40 experts (~700 MB, beyond the caches) cycled, 2
  *   threads; every ISA variant, fast and exact.  Target: 0.6x STREAM
  *   (0.75x for the VNNI variant).
  *   int8 spine product over ~700 MB of [12288, 7168] matrices: 0.5x.
- *   Matrix-matrix speedup per vector, n = 16 and 64, vs n matrix-vector
- *   calls.  The fused expert helper vs three separate products.
+ *   int4 spine product over ~740 MB of [12288, 7168] matrices (packed
+ *   nibbles and BF16 scales both counted): 0.6x on AVX2 and AVX-512.
+ *   Batches, per ISA and format (MXFP4 over every matrix of the experts,
+ *   int8 and int4 over their ~700 MB): n = 16 and 64 vectors in one call
+ *   per matrix against n matrix-vector calls (n times the time of one
+ *   vector through all the matrices, the weights coming from DRAM each
+ *   time), target 2.5x at n = 16 on AVX2 and AVX-512.  The fused expert
+ *   helper vs STREAM.
  * Robustness on a shared, noisy machine: each bandwidth figure is measured
  * in ROUNDS rounds of (STREAM, one kernel pass, STREAM); each round gives a
  * ratio to the mean of its own two STREAM reads, and the round with the
@@ -56,14 +62,26 @@ static void fill_floats(float *x, size_t n)
         x[i] = (float)((double)(rnd() >> 11) / 9007199254740992.0 - 0.5);
 }
 
+#define Q_ROWS 12288
+#define Q_COLS 7168
+#define NMAX 64
+
 struct setup {
     size_t nexp, span;
     uint8_t *experts;          /* nexp spans back to back */
     kernels_expert *views;
     kernels_pool *pool;
-    kernels_act *az, *ah;      /* z [L], h [I], n up to 64 */
-    float *z, *h, *y;          /* [64][L] each (L > I) */
+    kernels_act *az, *ah;      /* z [L], h [I], one vector */
+    kernels_act *bz, *bh;      /* the same, up to NMAX vectors */
+    float *z, *h, *y;          /* [NMAX][L] each (L > I) */
     size_t stream_bytes;
+    /* the spine formats: nq8 int8 and nq4 int4 matrices [Q_ROWS, Q_COLS] */
+    size_t nq8, nq4;
+    int8_t *q8;
+    float *q8s;                /* [Q_ROWS], shared by the matrices */
+    uint8_t *q4p, *q4s;        /* packed and scales, nq4 matrices back to back */
+    kernels_act *aq, *bq;      /* one vector, up to NMAX vectors */
+    float *xq, *yq;            /* [NMAX][Q_COLS], [NMAX][Q_ROWS] */
 };
 
 /* STREAM-style read over a buffer as large as the weights, best of 2. */
@@ -101,6 +119,62 @@ static void measure(struct setup *s, pass_fn fn, const void *arg, double bytes,
     *base = b[order[ROUNDS / 2]];
 }
 
+/* ---- the three block-fold formats as sets of matrices ------------------------ */
+
+enum fmt { FMT_MXFP4, FMT_Q8, FMT_Q4 };
+static const char *const fmt_names[] = { "mxfp4", "q8", "q4" };
+
+static size_t fmt_count(const struct setup *s, enum fmt f)
+{
+    return f == FMT_MXFP4 ? 3 * s->nexp : f == FMT_Q8 ? s->nq8 : s->nq4;
+}
+
+static double fmt_bytes(const struct setup *s, enum fmt f)
+{
+    if (f == FMT_MXFP4)
+        return (double)(s->nexp * s->span);
+    if (f == FMT_Q8)
+        return (double)s->nq8 * Q_ROWS * Q_COLS;
+    return (double)s->nq4 * (double)(kernels_q4_packed_bytes(Q_ROWS, Q_COLS) +
+                                     kernels_q4_scale_bytes(Q_ROWS, Q_COLS));
+}
+
+/* Matrix i of a format times the (already quantized) activations of its
+ * width: batched (bz/bh/bq) or one vector (az/ah/aq). */
+static void fmt_mul(struct setup *s, enum fmt f, size_t i, int batched)
+{
+    if (f == FMT_MXFP4) {
+        const kernels_expert *x = &s->views[i / 3];
+        const kernels_mxfp4 *m = i % 3 == 0 ? &x->w1 : i % 3 == 1 ? &x->w3 : &x->w2;
+        const kernels_act *a = i % 3 == 2 ? (batched ? s->bh : s->ah) : (batched ? s->bz : s->az);
+        kernels_mxfp4_mul_fast(s->pool, m, a, s->y, NULL);
+    } else if (f == FMT_Q8) {
+        kernels_q8 w = { s->q8 + i * (size_t)Q_ROWS * Q_COLS, s->q8s, Q_ROWS, Q_COLS };
+        kernels_q8_mul(s->pool, &w, batched ? s->bq : s->aq, s->yq, NULL);
+    } else {
+        kernels_q4 w = { s->q4p + i * kernels_q4_packed_bytes(Q_ROWS, Q_COLS),
+                         s->q4s + i * kernels_q4_scale_bytes(Q_ROWS, Q_COLS), Q_ROWS, Q_COLS };
+        kernels_q4_mul(s->pool, &w, batched ? s->bq : s->aq, s->yq, NULL);
+    }
+}
+
+struct fmt_arg {
+    enum fmt f;
+    int batched;
+};
+
+/* One pass: every matrix of the format once. */
+static double pass_fmt(struct setup *s, const void *argp)
+{
+    const struct fmt_arg *arg = argp;
+    double t0 = bench_now();
+    for (size_t i = 0; i < fmt_count(s, arg->f); i++)
+        fmt_mul(s, arg->f, i, arg->batched);
+    return bench_now() - t0;
+}
+
+/* ---- MXFP4 matrix-vector, every ISA ------------------------------------------- */
+
 struct mv_arg {
     kernels_numerics mode;
     size_t nexp;
@@ -126,37 +200,39 @@ static double pass_mv(struct setup *s, const void *argp)
     return bench_now() - t0;
 }
 
+static const kernels_isa all_isas[] = { KERNELS_ISA_SCALAR, KERNELS_ISA_AVX2,
+                                        KERNELS_ISA_AVX512VNNI, KERNELS_ISA_NEON };
+#define N_ISAS (sizeof all_isas / sizeof all_isas[0])
+
 static void bench_mxfp4(struct setup *s)
 {
-    static const kernels_isa isas[] = { KERNELS_ISA_SCALAR, KERNELS_ISA_AVX2,
-                                        KERNELS_ISA_AVX512VNNI, KERNELS_ISA_NEON };
     kernels_isa best = kernels_init();
     double scalar_fast = 0;
 
-    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
-        if (kernels_set_isa(isas[i], NULL) != 0)
+    for (size_t i = 0; i < N_ISAS; i++) {
+        if (kernels_set_isa(all_isas[i], NULL) != 0)
             continue;
         for (int m = 0; m < 2; m++) {
             kernels_numerics mode = m ? KERNELS_EXACT : KERNELS_FAST;
             /* the scalar kernels are slow: a quarter of the experts still
              * spans ~175 MB, far beyond the caches */
-            size_t nexp = isas[i] == KERNELS_ISA_SCALAR ? s->nexp / 4 + 1 : s->nexp;
+            size_t nexp = all_isas[i] == KERNELS_ISA_SCALAR ? s->nexp / 4 + 1 : s->nexp;
             char name[96];
             struct mv_arg arg = { mode, nexp };
             double g, base, target = 0;
             measure(s, pass_mv, &arg, (double)(nexp * s->span), &g, &base);
-            if (mode == KERNELS_FAST && isas[i] == KERNELS_ISA_AVX2)
+            if (mode == KERNELS_FAST && all_isas[i] == KERNELS_ISA_AVX2)
                 target = 0.6;
-            if (mode == KERNELS_FAST && isas[i] == KERNELS_ISA_AVX512VNNI)
+            if (mode == KERNELS_FAST && all_isas[i] == KERNELS_ISA_AVX512VNNI)
                 target = 0.75;
             snprintf(name, sizeof name, "kernels.mxfp4_mv_%s_%s", m ? "exact" : "fast",
-                     kernels_isa_name(isas[i]));
+                     kernels_isa_name(all_isas[i]));
             bench_record(name, g, "GB/s", "STREAM read, 2 threads", base, "higher", target);
-            if (isas[i] == KERNELS_ISA_SCALAR && mode == KERNELS_FAST)
+            if (all_isas[i] == KERNELS_ISA_SCALAR && mode == KERNELS_FAST)
                 scalar_fast = g;
             else if (mode == KERNELS_FAST && scalar_fast > 0) {
                 snprintf(name, sizeof name, "kernels.mxfp4_mv_fast_%s_vs_scalar",
-                         kernels_isa_name(isas[i]));
+                         kernels_isa_name(all_isas[i]));
                 bench_record(name, g, "GB/s", "scalar fast kernel", scalar_fast, "higher", 0);
             }
         }
@@ -164,42 +240,58 @@ static void bench_mxfp4(struct setup *s)
     kernels_set_isa(best, NULL);
 }
 
-/* Matrix-matrix: n vectors at once vs n matrix-vector calls, per vector,
- * over the w1 of nexp experts (~5.5 MB each; 11 of them exceed the L3). */
-static void bench_batch(struct setup *s, size_t nexp)
+/* ---- batches: n vectors in one call vs n matrix-vector calls ------------------ */
+
+static void quantize_acts(struct setup *s, enum fmt f, size_t n)
+{
+    if (f == FMT_MXFP4) {
+        kernels_act_quantize(s->bz, s->z, L_DIM, n, NULL);
+        kernels_act_quantize(s->bh, s->h, I_DIM, n, NULL);
+    } else {
+        kernels_act_quantize(s->bq, s->xq, Q_COLS, n, NULL);
+    }
+}
+
+static double best_pass(struct setup *s, enum fmt f, int batched)
+{
+    struct fmt_arg arg = { f, batched };
+    double best = 1e30;
+    for (int p = 0; p < PASSES; p++) {
+        double t = pass_fmt(s, &arg);
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
+/* Per ISA and format: vectors per second through every matrix of the
+ * format, n at once vs one at a time (the weights exceed the caches, so
+ * each matrix-vector pass reads them from DRAM as decoding token by token
+ * would).  Figure names keep the MXFP4 ones of issue 9. */
+static void bench_batch(struct setup *s)
 {
     static const size_t ns[] = { 16, 64 };
-    kernels_act *a1 = kernels_act_new(L_DIM, 1);
+    kernels_isa isa0 = kernels_init();
 
-    for (size_t k = 0; k < 2; k++) {
-        size_t n = ns[k];
-        double t_mm = 1e30, t_mv = 1e30;
-        char name[96];
-        kernels_act_quantize(s->az, s->z, L_DIM, n, NULL);
-        kernels_act_quantize(a1, s->z, L_DIM, 1, NULL);
-        for (int p = 0; p < PASSES; p++) {
-            double t0 = bench_now(), t;
-            for (size_t e = 0; e < nexp; e++)
-                kernels_mxfp4_mul_fast(s->pool, &s->views[e].w1, s->az, s->y, NULL);
-            t = bench_now() - t0;
-            t_mm = t < t_mm ? t : t_mm;
-            /* one vector at a time through all the experts, as decoding
-             * token by token would: the weights come from DRAM each time */
-            t0 = bench_now();
-            for (size_t v = 0; v < n; v++)
-                for (size_t e = 0; e < nexp; e++)
-                    kernels_mxfp4_mul_fast(s->pool, &s->views[e].w1, a1, s->y, NULL);
-            t = bench_now() - t0;
-            t_mv = t < t_mv ? t : t_mv;
+    for (size_t i = 1; i < N_ISAS; i++) {
+        if (kernels_set_isa(all_isas[i], NULL) != 0)
+            continue;
+        for (int f = FMT_MXFP4; f <= FMT_Q4; f++) {
+            double t_mv;
+            pass_fmt(s, &(struct fmt_arg){ (enum fmt)f, 0 });  /* warm-up */
+            t_mv = best_pass(s, (enum fmt)f, 0);
+            for (size_t k = 0; k < 2; k++) {
+                size_t n = ns[k];
+                char name[96];
+                quantize_acts(s, (enum fmt)f, n);
+                double t_mm = best_pass(s, (enum fmt)f, 1);
+                snprintf(name, sizeof name, "kernels.%s_mm%s_n%zu_%s", fmt_names[f],
+                         f == FMT_MXFP4 ? "_fast" : "", n, kernels_isa_name(all_isas[i]));
+                bench_record(name, (double)n / t_mm, "vec/s", "n matrix-vector calls", 1.0 / t_mv,
+                             "higher", n == 16 && all_isas[i] != KERNELS_ISA_NEON ? 2.5 : 0);
+            }
         }
-        snprintf(name, sizeof name, "kernels.mxfp4_mm_fast_n%zu_%s", n,
-                 kernels_isa_name(kernels_get_isa()));
-        /* figure: vectors per second; baseline: the same with n calls */
-        bench_record(name, (double)(n * nexp) / t_mm, "vec/s", "n matrix-vector calls",
-                     (double)(n * nexp) / t_mv, "higher", 0);
     }
-    kernels_act_quantize(s->az, s->z, L_DIM, 1, NULL);
-    kernels_act_free(a1);
+    kernels_set_isa(isa0, NULL);
 }
 
 struct expert_arg {
@@ -229,83 +321,104 @@ static void bench_expert(struct setup *s)
     kernels_expert_ws_free(arg.ws);
 }
 
-struct q8_arg {
-    const int8_t *q;
-    const float *scale;
-    size_t nmat, rows, cols;
-    const kernels_act *a;
-    float *y;
-};
+/* ---- int8 and int4 spine matrix-vector, every SIMD ISA ------------------------ */
 
-static double pass_q8(struct setup *s, const void *argp)
-{
-    const struct q8_arg *arg = argp;
-    double t0 = bench_now();
-    for (size_t m = 0; m < arg->nmat; m++) {
-        kernels_q8 w = { arg->q + m * arg->rows * arg->cols, arg->scale, arg->rows, arg->cols };
-        kernels_q8_mul(s->pool, &w, arg->a, arg->y, NULL);
-    }
-    return bench_now() - t0;
-}
-
-static void bench_q8(struct setup *s, size_t nmat)
+static void bench_spine_mv(struct setup *s, enum fmt f, double target)
 {
     static const kernels_isa isas[] = { KERNELS_ISA_AVX2, KERNELS_ISA_AVX512VNNI, KERNELS_ISA_NEON };
     kernels_isa isa0 = kernels_init();
-    size_t rows = 12288, cols = 7168, bytes = rows * cols;
-    int8_t *q = malloc(nmat * bytes);
-    float *scale = malloc(rows * sizeof *scale), *x = malloc(cols * sizeof *x);
-    float *y = malloc(rows * sizeof *y);
-    kernels_act *a = kernels_act_new(cols, 1);
-    if (!q || !scale || !x || !y || !a) {
-        fprintf(stderr, "bench kernels: no memory for the int8 matrices\n");
-        goto out;
-    }
-    fill_random((uint8_t *)q, nmat * bytes);
-    for (size_t i = 0; i < nmat * bytes; i++)
-        if (q[i] == -128)
-            q[i] = -127;
-    for (size_t r = 0; r < rows; r++)
-        scale[r] = 1.0f / 127;
-    fill_floats(x, cols);
-    kernels_act_quantize(a, x, cols, 1, NULL);
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
-        struct q8_arg arg = { q, scale, nmat, rows, cols, a, y };
+        struct fmt_arg arg = { f, 0 };
         char name[64];
         double g, base;
         if (kernels_set_isa(isas[i], NULL) != 0)
             continue;
-        measure(s, pass_q8, &arg, (double)(nmat * bytes), &g, &base);
-        snprintf(name, sizeof name, "kernels.q8_mv_%s", kernels_isa_name(isas[i]));
-        bench_record(name, g, "GB/s", "STREAM read, 2 threads", base, "higher", 0.5);
+        measure(s, pass_fmt, &arg, fmt_bytes(s, f), &g, &base);
+        snprintf(name, sizeof name, "kernels.%s_mv_%s", fmt_names[f], kernels_isa_name(isas[i]));
+        bench_record(name, g, "GB/s", "STREAM read, 2 threads", base, "higher",
+                     isas[i] == KERNELS_ISA_NEON ? 0 : target);
     }
     kernels_set_isa(isa0, NULL);
-out:
-    kernels_act_free(a);
-    free(q);
-    free(scale);
-    free(x);
-    free(y);
+}
+
+/* The spine matrices: random int8 (never -128) with row scales 1/127;
+ * random int4 nibbles with BF16 scales around 2^-7. */
+static int setup_spine(struct setup *s)
+{
+    size_t q8b = (size_t)Q_ROWS * Q_COLS, q4p = kernels_q4_packed_bytes(Q_ROWS, Q_COLS);
+    size_t q4s = kernels_q4_scale_bytes(Q_ROWS, Q_COLS);
+    s->q8 = malloc(s->nq8 * q8b);
+    s->q8s = malloc(Q_ROWS * sizeof *s->q8s);
+    s->q4p = malloc(s->nq4 * q4p);
+    s->q4s = malloc(s->nq4 * q4s);
+    s->aq = kernels_act_new(Q_COLS, 1);
+    s->bq = kernels_act_new(Q_COLS, NMAX);
+    s->xq = malloc((size_t)NMAX * Q_COLS * sizeof *s->xq);
+    s->yq = malloc((size_t)NMAX * Q_ROWS * sizeof *s->yq);
+    if (!s->q8 || !s->q8s || !s->q4p || !s->q4s || !s->aq || !s->bq || !s->xq || !s->yq)
+        return -1;
+    fill_random((uint8_t *)s->q8, s->nq8 * q8b);
+    for (size_t i = 0; i < s->nq8 * q8b; i++)
+        if (s->q8[i] == -128)
+            s->q8[i] = -127;
+    for (size_t r = 0; r < Q_ROWS; r++)
+        s->q8s[r] = 1.0f / 127;
+    fill_random(s->q4p, s->nq4 * q4p);
+    for (size_t i = 0; i < s->nq4 * q4s; i += 2) {
+        s->q4s[i] = (uint8_t)rnd();
+        s->q4s[i + 1] = 0x3C;  /* 2^-7 .. 2^-6 */
+    }
+    fill_floats(s->xq, (size_t)NMAX * Q_COLS);
+    kernels_act_quantize(s->aq, s->xq, Q_COLS, 1, NULL);
+    return 0;
+}
+
+static void free_setup(struct setup *s)
+{
+    kernels_pool_free(s->pool);
+    kernels_act_free(s->az);
+    kernels_act_free(s->ah);
+    kernels_act_free(s->bz);
+    kernels_act_free(s->bh);
+    kernels_act_free(s->aq);
+    kernels_act_free(s->bq);
+    free(s->experts);
+    free(s->views);
+    free(s->z);
+    free(s->h);
+    free(s->y);
+    free(s->q8);
+    free(s->q8s);
+    free(s->q4p);
+    free(s->q4s);
+    free(s->xq);
+    free(s->yq);
 }
 
 int main(void)
 {
     struct setup s = { 0 };
     const char *quick = getenv("SHOAL_BENCH_QUICK");
+    int is_quick = quick && quick[0] == '1';
     int rc = 1;
 
-    s.nexp = quick && quick[0] == '1' ? 4 : 40;
+    s.nexp = is_quick ? 4 : 40;
+    s.nq8 = is_quick ? 1 : 8;
+    s.nq4 = is_quick ? 2 : 15;
     s.span = kernels_expert_span_bytes(I_DIM, L_DIM);
     s.stream_bytes = s.nexp * s.span;
     s.experts = malloc(s.nexp * s.span);
     s.views = calloc(s.nexp, sizeof *s.views);
     s.pool = kernels_pool_new(THREADS);
-    s.az = kernels_act_new(L_DIM, 64);
+    s.az = kernels_act_new(L_DIM, 1);
     s.ah = kernels_act_new(I_DIM, 1);
-    s.z = malloc(64 * L_DIM * sizeof(float));
-    s.h = malloc(64 * L_DIM * sizeof(float));
-    s.y = malloc(64 * L_DIM * sizeof(float));
-    if (!s.experts || !s.views || !s.pool || !s.az || !s.ah || !s.z || !s.h || !s.y) {
+    s.bz = kernels_act_new(L_DIM, NMAX);
+    s.bh = kernels_act_new(I_DIM, NMAX);
+    s.z = malloc(NMAX * L_DIM * sizeof(float));
+    s.h = malloc(NMAX * L_DIM * sizeof(float));
+    s.y = malloc(NMAX * L_DIM * sizeof(float));
+    if (!s.experts || !s.views || !s.pool || !s.az || !s.ah || !s.bz || !s.bh || !s.z || !s.h ||
+        !s.y || setup_spine(&s) < 0) {
         fprintf(stderr, "bench kernels: setup failed (memory?)\n");
         goto out;
     }
@@ -321,24 +434,18 @@ int main(void)
             for (size_t i = 0; i < m[k]->rows * m[k]->cols / 32; i++)
                 ((uint8_t *)m[k]->scale)[i] = (uint8_t)(119 + rnd() % 7);
     }
-    fill_floats(s.z, 64 * L_DIM);
-    fill_floats(s.h, 64 * L_DIM);
+    fill_floats(s.z, NMAX * L_DIM);
+    fill_floats(s.h, NMAX * L_DIM);
     kernels_act_quantize(s.az, s.z, L_DIM, 1, NULL);
     kernels_act_quantize(s.ah, s.h, I_DIM, 1, NULL);
 
     bench_mxfp4(&s);
     bench_expert(&s);
-    bench_batch(&s, s.nexp / 4 + 1);
-    bench_q8(&s, quick && quick[0] == '1' ? 1 : 8);
+    bench_spine_mv(&s, FMT_Q8, 0.5);
+    bench_spine_mv(&s, FMT_Q4, 0.6);
+    bench_batch(&s);
     rc = 0;
 out:
-    kernels_pool_free(s.pool);
-    kernels_act_free(s.az);
-    kernels_act_free(s.ah);
-    free(s.experts);
-    free(s.views);
-    free(s.z);
-    free(s.h);
-    free(s.y);
+    free_setup(&s);
     return rc;
 }

@@ -92,11 +92,12 @@ const kernels_ops *kernels_ops_get(void)
 
 /* ---- products --------------------------------------------------------------- */
 
-enum prod_kind { PROD_MXFP4_FAST, PROD_MXFP4_EXACT, PROD_Q8, PROD_F32 };
+enum prod_kind { PROD_MXFP4_FAST, PROD_MXFP4_EXACT, PROD_Q8, PROD_F32, PROD_Q4 };
 
 struct prod {
     enum prod_kind kind;
     const kernels_ops *ops;
+    kernels_q4_fn q4;
     const void *w;
     size_t rows;
     const kernels_act *act;
@@ -113,6 +114,7 @@ static void prod_rows(const struct prod *p, size_t r0, size_t r1)
     case PROD_MXFP4_EXACT: p->ops->mxfp4_exact(p->w, r0, r1, p->x, p->n, p->y, p->rows); break;
     case PROD_Q8:          p->ops->q8(p->w, r0, r1, p->act, p->y, p->rows); break;
     case PROD_F32:         p->ops->f32(p->w, r0, r1, p->x, p->n, p->y, p->rows); break;
+    case PROD_Q4:          p->q4(p->w, r0, r1, p->act, p->y, p->rows); break;
     }
 }
 
@@ -134,6 +136,7 @@ static void prod_task(void *ctx, int tid, int nthreads)
 static void prod_run(kernels_pool *pool, struct prod *p)
 {
     p->ops = kernels_ops_get();
+    p->q4 = kernels_q4_rows_get();
     if (p->rows == 0 || p->n == 0)
         return;
     atomic_init(&p->next, 0);
@@ -207,4 +210,34 @@ int kernels_f32_mul(kernels_pool *pool, const kernels_f32 *w,
     struct prod p = { .kind = PROD_F32, .w = w, .rows = w->rows, .x = x, .n = n, .y = y };
     prod_run(pool, &p);
     return 0;
+}
+
+/* ---- int4 (issue 15) ------------------------------------------------------- */
+
+kernels_q4_fn kernels_q4_rows_get(void)
+{
+    switch (kernels_init()) {
+#if defined(__x86_64__)
+    case KERNELS_ISA_AVX2:       return kernels_q4_rows_avx2;
+    case KERNELS_ISA_AVX512VNNI: return kernels_q4_rows_avx512;
+#endif
+#if defined(__aarch64__)
+    case KERNELS_ISA_NEON:       return kernels_q4_rows_neon;
+#endif
+    default:                     return kernels_q4_rows_scalar;
+    }
+}
+
+int kernels_q4_mul(kernels_pool *pool, const kernels_q4 *w,
+                   const kernels_act *x, float *y, shoal_err *err)
+{
+    int rc = check_cols(w->cols, err);
+    if (rc == 0)
+        rc = check_act(x, w->cols, err);
+    if (rc == 0) {
+        struct prod p = { .kind = PROD_Q4, .w = w, .rows = w->rows, .act = x, .n = x->n,
+                          .y = y };
+        prod_run(pool, &p);
+    }
+    return rc;
 }

@@ -1,9 +1,9 @@
-/* kernels.h — the engine's compute core: MXFP4, int8 and f32 matrix
+/* kernels.h — the engine's compute core: MXFP4, int8, int4 and f32 matrix
  * products, activation quantization, SiTU, the fused routed-expert helper,
  * and the small thread pool they run on.
  *
- * Owns: weight layouts as shipped (MXFP4) or as derived at load (int8
- * spine), the numerics of every product, ISA selection (scalar reference,
+ * Owns: weight layouts as shipped (MXFP4) or as derived at load (int8 and
+ * int4 spine), the numerics of every product, ISA selection (scalar reference,
  * AVX2, AVX-512 VNNI, NEON), splitting rows across threads.  Does not own
  * where weights come from (mmap, daemon replies) nor any model logic beyond
  * SiTU and the expert's w2·SiTU(w1·z, w3·z).
@@ -185,6 +185,51 @@ int kernels_q8_mul(kernels_pool *pool, const kernels_q8 *w,
 /* f32: x [n][cols]. */
 int kernels_f32_mul(kernels_pool *pool, const kernels_f32 *w,
                     const float *x, size_t n, float *y, shoal_err *err);
+
+/* ---- int4 spine (issue 15) ---------------------------------------------------- */
+
+/* Columns per int4 scale group: one scale per 32 columns, the activation
+ * block (docs/kernels.md: group 64 saves 0.03 byte per weight but had
+ * 11-22 % more error on heavy-tailed weights). */
+#define KERNELS_Q4_GROUP 32
+
+/* Symmetric int4 matrix, derived at load by kernels_q4_quantize_*.
+ * w[r][j] = scale(r, j/32) * q, q in [-7, 7].
+ *   packed U8   [rows, cols/2]: MXFP4's nibble order (column j: low nibble of
+ *               packed[r][j/2] for even j, high nibble for odd j), each nibble
+ *               holding q + 8 (1..15), so a block's 16 bytes line up with its
+ *               32 quantized activations with no shuffle.
+ *   scale  BF16 [rows, cols/32]: little-endian pairs of bytes, any address;
+ *               the f32 scale has the bits u16 << 16.
+ * cols % 32 == 0. */
+typedef struct kernels_q4 {
+    const uint8_t *packed;
+    const uint8_t *scale;
+    size_t rows, cols;
+} kernels_q4;
+
+/* Bytes of the packed and scale records of a rows x cols int4 matrix. */
+size_t kernels_q4_packed_bytes(size_t rows, size_t cols);
+size_t kernels_q4_scale_bytes(size_t rows, size_t cols);
+
+/* Quantize a [rows, cols] BF16 (or f32) matrix to int4: per group of 32
+ * columns scale = bf16(max|w| / 7) (rounded to nearest even) and
+ * q = round(w * (1 / scale)) (half to even) clamped to [-7, 7]; a group whose
+ * scale is 0 gets q = 0.  packed and scale are caller-owned outputs of
+ * kernels_q4_packed_bytes / _scale_bytes.  cols % 32 == 0; non-finite weights
+ * are refused (SHOAL_ERANGE). */
+int kernels_q4_quantize_bf16(const void *src, size_t rows, size_t cols,
+                             uint8_t *packed, uint8_t *scale, shoal_err *err);
+int kernels_q4_quantize_f32(const float *src, size_t rows, size_t cols,
+                            uint8_t *packed, uint8_t *scale, shoal_err *err);
+/* w[r][j] = scale * q (tests, debugging). */
+float kernels_q4_value(const kernels_q4 *w, size_t r, size_t j);
+
+/* int4: activations quantized per 32 (kernels_act), integer dots, the fold
+ * of the fast MXFP4 product (bit-identical on every ISA, any n, any thread
+ * count).  0 or SHOAL_EINVAL, as the other products. */
+int kernels_q4_mul(kernels_pool *pool, const kernels_q4 *w,
+                   const kernels_act *x, float *y, shoal_err *err);
 
 /* ---- SiTU and the routed expert --------------------------------------------- */
 

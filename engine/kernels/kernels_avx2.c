@@ -1,152 +1,174 @@
 /* kernels_avx2.c — AVX2 + FMA row kernels (compiled with -mavx2 -mfma
- * -mf16c; called only when the CPU has them).
+ * -mf16c; called only when the CPU has them): matrix-vector fast MXFP4,
+ * int8 and int4, exact MXFP4, f32, the activation quantizer and SiTU.
+ * Batches of the block-fold formats go to tile_avx2.c.
  *
- * Fast MXFP4, a group of 4 blocks (64 packed bytes) at a time: the low
- * nibbles of 32 packed bytes line up with 32 contiguous activations
- * (kernels_int.h invariant 1), a byte shuffle looks up the doubled e2m1
- * values plus KERNELS_VNNI_BIAS (unsigned, as maddubs wants), maddubs and
- * madd give int32 lanes and adding the quantizer's bias terms makes each
- * block's four lanes add up to exactly its sum S (invariant 2); two rounds
- * of hadd give the sums of 8 blocks and one FMA per 8 blocks folds them
- * into the 16 accumulators A[b % 16] of invariant 3.  Software prefetch
- * runs KERNELS_PREFETCH bytes ahead on the packed bytes and the scales; the
- * rows of a thread are contiguous, so it runs on into the next row.
+ * Fast MXFP4, int4 and int8 share one template (kernels_int.h invariants
+ * 1-4), a group of 4 blocks at a time: the low nibbles of 32 packed bytes
+ * line up with 32 contiguous activations (invariant 1); MXFP4 looks up the
+ * doubled e2m1 values plus KERNELS_VNNI_BIAS with a byte shuffle, int4
+ * uses its stored q + 8 as is (both unsigned, as maddubs wants), int8 the
+ * sign trick; maddubs and madd give int32 lanes, two rounds of hadd the raw
+ * sums of 8 blocks, and taking out the bias times the activations' sum
+ * (stored by the quantizer) leaves each block's exact S (invariant 2); one
+ * FMA per 8 blocks folds them into the 16 accumulators A[b % 16] of
+ * invariant 3.  Software prefetch runs KERNELS_PREFETCH bytes ahead on the
+ * weights and the scales; the rows of a thread are contiguous, so it runs
+ * on into the next row.
  */
 #if defined(__x86_64__)
 
 #include "engine/kernels/kernels_avx2_int.h"
 
-/* Biased weights times activations plus the quantizer's bias terms: the
- * int32 lanes of invariant 2's int8 form (4 per block half), exact. */
-static inline __attribute__((always_inline)) __m256i lanes_int(__m256i wb, const int8_t *q, const int32_t *bias)
+/* The weights of group g (4 blocks) in the activation layout, 4 registers
+ * [even 0,1 | even 2,3 | odd 0,1 | odd 2,3] (32 bytes each): MXFP4 the
+ * biased e2m1 values (a byte shuffle), int4 q + 8 as stored (a mask), int8
+ * the signed bytes as stored. */
+static KERNELS_AI void group_weights(const int kind, const uint8_t *w, size_t g, __m256i W[4])
 {
-    __m256i p16 = _mm256_maddubs_epi16(wb, _mm256_loadu_si256((const __m256i *)q));
-    __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-    return _mm256_add_epi32(p32, _mm256_loadu_si256((const __m256i *)bias));
-}
-
-/* The biased weights of group g: [even 0,1 | even 2,3 | odd 0,1 | odd 2,3]
- * (32 bytes each), decoded from the packed bytes, or from a decoded row. */
-static inline __attribute__((always_inline)) void group_weights(const uint8_t *p, const uint8_t *wbuf, size_t g, __m256i w[4])
-{
-    if (wbuf) {
+    if (kind == KERNELS_KIND_Q8) {
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
-            w[i] = _mm256_loadu_si256((const __m256i *)(wbuf + g * 128 + 32 * i));
+            W[i] = _mm256_loadu_si256((const __m256i *)(w + g * 128 + 32 * (size_t)i));
         return;
     }
-    const __m256i tab = _mm256_broadcastsi128_si256(tab_biased128());
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256i v01 = _mm256_loadu_si256((const __m256i *)(p + g * 64));
-    __m256i v23 = _mm256_loadu_si256((const __m256i *)(p + g * 64 + 32));
-    w[0] = _mm256_shuffle_epi8(tab, _mm256_and_si256(v01, m4));
-    w[1] = _mm256_shuffle_epi8(tab, _mm256_and_si256(v23, m4));
-    w[2] = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v01, 4), m4));
-    w[3] = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v23, 4), m4));
+    __m256i v01 = _mm256_loadu_si256((const __m256i *)(w + g * 64));
+    __m256i v23 = _mm256_loadu_si256((const __m256i *)(w + g * 64 + 32));
+    W[0] = _mm256_and_si256(v01, m4);
+    W[1] = _mm256_and_si256(v23, m4);
+    W[2] = _mm256_and_si256(_mm256_srli_epi16(v01, 4), m4);
+    W[3] = _mm256_and_si256(_mm256_srli_epi16(v23, 4), m4);
+    if (kind == KERNELS_KIND_MXFP4) {
+        const __m256i tab = _mm256_broadcastsi128_si256(tab_biased128());
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            W[i] = _mm256_shuffle_epi8(tab, W[i]);
+    }
 }
 
-/* Block sums of groups g, g+1 (blocks 8 in block order), exact. */
-static inline __attribute__((always_inline)) __m256i sums8(const uint8_t *p, const uint8_t *wbuf, size_t g, const int8_t *q,
-                            const int32_t *bias)
+/* int32 lanes of 32 weights times 32 activations, exact: unsigned 4-bit
+ * codes by maddubs/madd, int8 by the sign trick. */
+static KERNELS_AI __m256i lanes(const int kind, __m256i w, const int8_t *q)
+{
+    __m256i x = _mm256_loadu_si256((const __m256i *)q);
+    if (kind == KERNELS_KIND_Q8)
+        return dot_lanes(w, x);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+}
+
+/* Raw block sums of groups g, g+1 (8 blocks, in block order), exact; the
+ * caller takes the weight bias back out. */
+static KERNELS_AI __m256i sums8(const int kind, const uint8_t *w, size_t g, const int8_t *q)
 {
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     __m256i h[2];
 #pragma GCC unroll 2
     for (int j = 0; j < 2; j++) {
-        __m256i w[4];
+        __m256i W[4];
         const int8_t *Q = q + (g + (size_t)j) * 128;
-        const int32_t *B = bias + (g + (size_t)j) * 32;
-        group_weights(p, wbuf, g + (size_t)j, w);
+        group_weights(kind, w, g + (size_t)j, W);
         /* 128-bit quarter k: block k's four partial sums (even + odd) */
-        __m256i x01 = _mm256_add_epi32(lanes_int(w[0], Q, B), lanes_int(w[2], Q + 64, B + 16));
-        __m256i x23 = _mm256_add_epi32(lanes_int(w[1], Q + 32, B + 8), lanes_int(w[3], Q + 96, B + 24));
+        __m256i x01 = _mm256_add_epi32(lanes(kind, W[0], Q), lanes(kind, W[2], Q + 64));
+        __m256i x23 = _mm256_add_epi32(lanes(kind, W[1], Q + 32), lanes(kind, W[3], Q + 96));
         h[j] = _mm256_hadd_epi32(x01, x23);
     }
     /* lane 0..3: blocks 0, 2, 4, 6; lanes 4..7: blocks 1, 3, 5, 7 */
     return _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(h[0], h[1]), order);
 }
 
-/* (s * 0.5) * d for blocks b..b+7. */
-static inline __attribute__((always_inline)) __m256 scales8(const uint8_t *s, const float *d)
+/* Block sums S of blocks b..b+7 (invariant 2): the raw sums minus the
+ * weight bias times the activations (MXFP4: + bsum = -12 * sum; int4:
+ * + bsum8 = -8 * sum; int8: no bias). */
+static KERNELS_AI __m256i unbias8(const int kind, __m256i t, const kernels_act *a, size_t v,
+                                  size_t nb, size_t b)
 {
-    __m256i e = _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)s)), 23);
-    return _mm256_mul_ps(_mm256_mul_ps(_mm256_castsi256_ps(e), _mm256_set1_ps(0.5f)),
-                         _mm256_loadu_ps(d));
+    if (kind == KERNELS_KIND_MXFP4)
+        return _mm256_add_epi32(t, _mm256_loadu_si256((const __m256i *)(a->bsum + v * nb + b)));
+    if (kind == KERNELS_KIND_Q4)
+        return _mm256_add_epi32(t, _mm256_loadu_si256((const __m256i *)(a->bsum8 + v * nb + b)));
+    return t;
 }
 
-/* One row times one vector (invariants 2-4, MXFP4): 16 blocks per step,
- * their sums by maddubs/madd and two rounds of hadd, folded into A[0..7]
- * (lo) and A[8..15] (hi).  wbuf: the row already decoded (batches), or
- * NULL. */
-static inline __attribute__((always_inline)) float
-row_fast_t(const uint8_t *p, const uint8_t *wbuf, const uint8_t *s, size_t nb,
-           const int8_t *q, const float *d, const int32_t *bias)
+/* c_b of invariant 3 for blocks b..b+7 (s: the row's scales). */
+static KERNELS_AI __m256 scales8(const int kind, const uint8_t *s, const float *d)
 {
+    __m256 dv = _mm256_loadu_ps(d);
+    if (kind == KERNELS_KIND_MXFP4) {
+        __m256i e = _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)s)), 23);
+        return _mm256_mul_ps(_mm256_mul_ps(_mm256_castsi256_ps(e), _mm256_set1_ps(0.5f)), dv);
+    }
+    if (kind == KERNELS_KIND_Q4) {
+        __m256i e = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)s)), 16);
+        return _mm256_mul_ps(_mm256_castsi256_ps(e), dv);
+    }
+    return dv;
+}
+
+/* One row times one vector (invariants 2-4): 16 blocks per step, their sums
+ * by maddubs/madd and two rounds of hadd, folded into A[0..7] (lo) and
+ * A[8..15] (hi).  Software prefetch KERNELS_PREFETCH bytes ahead. */
+static KERNELS_AI float row_t(const int kind, const kernels_bmat *m, size_t r,
+                              const kernels_act *a, size_t v)
+{
+    const size_t nb = m->nb, bb = kind == KERNELS_KIND_Q8 ? 32 : 16;   /* bytes a block */
+    const size_t sb = kind == KERNELS_KIND_Q4 ? 2 : 1;                 /* scale bytes a block */
+    const uint8_t *w = m->w + r * m->wrow;
+    const uint8_t *s = kind == KERNELS_KIND_Q8 ? NULL : m->s + r * m->srow;
+    const int8_t *q = a->q + v * m->cols;
+    const float *d = a->d + v * nb;
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
     size_t b = 0;
 
     for (; b + 16 <= nb; b += 16) {
-        if (!wbuf) {
-            for (int k = 0; k < 256; k += 64)
-                _mm_prefetch((const char *)p + b * 16 + KERNELS_PREFETCH + k, _MM_HINT_T0);
-            _mm_prefetch((const char *)s + b + KERNELS_PREFETCH / 16, _MM_HINT_T0);
-        }
-        __m256i s0 = sums8(p, wbuf, b / 4, q, bias), s1 = sums8(p, wbuf, b / 4 + 2, q, bias);
-        lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), scales8(s + b, d + b), lo);
-        hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), scales8(s + b + 8, d + b + 8), hi);
+        for (size_t k = 0; k < 16 * bb; k += 64)
+            _mm_prefetch((const char *)w + b * bb + KERNELS_PREFETCH + k, _MM_HINT_T0);
+        if (kind != KERNELS_KIND_Q8)
+            _mm_prefetch((const char *)s + b * sb + KERNELS_PREFETCH / 16 * sb, _MM_HINT_T0);
+        __m256i s0 = unbias8(kind, sums8(kind, w, b / 4, q), a, v, nb, b);
+        __m256i s1 = unbias8(kind, sums8(kind, w, b / 4 + 2, q), a, v, nb, b + 8);
+        const uint8_t *sc = kind == KERNELS_KIND_Q8 ? NULL : s + b * sb;
+        lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), scales8(kind, sc, d + b), lo);
+        hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), scales8(kind, sc ? sc + 8 * sb : NULL, d + b + 8), hi);
     }
     float A[16];
     _mm256_storeu_ps(A, lo);
     _mm256_storeu_ps(A + 8, hi);
-    kernels_fast_blocks(A, p, s, q, d, b, nb);
-    return kernels_reduce16(A);
+    kernels_fold_blocks(kind, A, w, s, q, d, b, nb);
+    float y = kernels_reduce16(A);
+    return kind == KERNELS_KIND_Q8 ? y * m->rs[r] : y;
 }
 
-static float row_fast(const uint8_t *p, const uint8_t *s, size_t nb,
-                      const int8_t *q, const float *d, const int32_t *bias)
+/* Rows [r0, r1) times every vector: 8-row tiles for batches (tile_avx2.c),
+ * the matrix-vector kernel for n = 1 and the rows left over. */
+static KERNELS_AI void rows_t(const int kind, const kernels_bmat *m, size_t r0, size_t r1,
+                              const kernels_act *a, float *y, size_t ldy)
 {
-    return row_fast_t(p, NULL, s, nb, q, d, bias);
-}
-
-static float row_decoded(const uint8_t *p, const uint8_t *wbuf, const uint8_t *s, size_t nb,
-                         const int8_t *q, const float *d, const int32_t *bias)
-{
-    return row_fast_t(p, wbuf, s, nb, q, d, bias);
-}
-
-/* Batches: decode the row's full 16-block steps once (biased weights in
- * the activation layout) and reuse them for every vector.  Same integers,
- * same float order as a single call. */
-static void decode_row(const uint8_t *p, size_t ng, uint8_t *wbuf)
-{
-    for (size_t g = 0; g < ng; g++) {
-        __m256i w[4];
-        group_weights(p, NULL, g, w);
-        for (int i = 0; i < 4; i++)
-            _mm256_storeu_si256((__m256i *)(wbuf + g * 128 + 32 * i), w[i]);
-    }
+    size_t r = a->n > 1 ? kernels_avx2_tiles(kind, m, r0, r1, a, y, ldy) : r0;
+    for (; r < r1; r++)
+        for (size_t v = 0; v < a->n; v++)
+            y[v * ldy + r] = row_t(kind, m, r, a, v);
 }
 
 static void avx2_mxfp4_fast(const kernels_mxfp4 *w, size_t r0, size_t r1,
                             const kernels_act *a, float *y, size_t ldy)
 {
-    size_t nb = w->cols / KERNELS_BLOCK;
+    kernels_bmat m = kernels_bmat_mxfp4(w);
+    rows_t(KERNELS_KIND_MXFP4, &m, r0, r1, a, y, ldy);
+}
 
-    if (a->n == 1 || w->cols > KERNELS_ROWBUF) {
-        for (size_t r = r0; r < r1; r++)
-            for (size_t v = 0; v < a->n; v++)
-                y[v * ldy + r] = row_fast(w->packed + r * nb * 16, w->scale + r * nb, nb,
-                                          a->q + v * nb * 32, a->d + v * nb, a->bias + v * nb * 8);
-        return;
-    }
-    uint8_t wbuf[KERNELS_ROWBUF];
-    for (size_t r = r0; r < r1; r++) {
-        const uint8_t *p = w->packed + r * nb * 16, *s = w->scale + r * nb;
-        decode_row(p, nb / 16 * 4, wbuf);
-        for (size_t v = 0; v < a->n; v++)
-            y[v * ldy + r] = row_decoded(p, wbuf, s, nb, a->q + v * nb * 32, a->d + v * nb,
-                                         a->bias + v * nb * 8);
-    }
+static void avx2_q8(const kernels_q8 *w, size_t r0, size_t r1,
+                    const kernels_act *a, float *y, size_t ldy)
+{
+    kernels_bmat m = kernels_bmat_q8(w);
+    rows_t(KERNELS_KIND_Q8, &m, r0, r1, a, y, ldy);
+}
+
+void kernels_q4_rows_avx2(const kernels_q4 *w, size_t r0, size_t r1,
+                          const kernels_act *a, float *y, size_t ldy)
+{
+    kernels_bmat m = kernels_bmat_q4(w);
+    rows_t(KERNELS_KIND_Q4, &m, r0, r1, a, y, ldy);
 }
 
 /* Exact: decode each block to f32 in column order, FMA against x, scale
@@ -187,47 +209,6 @@ void kernels_avx2_mxfp4_exact(const kernels_mxfp4 *w, size_t r0, size_t r1,
         for (size_t v = 0; v < n; v++)
             y[v * ldy + r] = row_exact(w->packed + r * nb * 16, w->scale + r * nb, nb,
                                        x + v * w->cols);
-}
-
-static float row_q8(const int8_t *wr, size_t nb, const int8_t *q, const float *d)
-{
-    const __m256i i01 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-    const __m256i i23 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
-    __m256 e01 = _mm256_setzero_ps(), o01 = _mm256_setzero_ps();
-    __m256 e23 = _mm256_setzero_ps(), o23 = _mm256_setzero_ps();
-    size_t b = 0;
-
-    for (; b + 4 <= nb; b += 4) {
-        const int8_t *W = wr + b * 32, *Q = q + b * 32;
-        _mm_prefetch((const char *)W + KERNELS_PREFETCH, _MM_HINT_T0);
-        _mm_prefetch((const char *)W + KERNELS_PREFETCH + 64, _MM_HINT_T0);
-        __m256 c4 = _mm256_castps128_ps256(_mm_loadu_ps(d + b));
-        __m256 c01 = _mm256_permutevar8x32_ps(c4, i01), c23 = _mm256_permutevar8x32_ps(c4, i23);
-#define Q8_LANES(off) _mm256_cvtepi32_ps(dot_lanes(_mm256_loadu_si256((const __m256i *)(W + (off))), \
-                                                   _mm256_loadu_si256((const __m256i *)(Q + (off)))))
-        e01 = _mm256_fmadd_ps(Q8_LANES(0), c01, e01);
-        e23 = _mm256_fmadd_ps(Q8_LANES(32), c23, e23);
-        o01 = _mm256_fmadd_ps(Q8_LANES(64), c01, o01);
-        o23 = _mm256_fmadd_ps(Q8_LANES(96), c23, o23);
-#undef Q8_LANES
-    }
-    if (b < nb) {
-        float A[32];
-        spill_groups(A, e01, o01, e23, o23);
-        kernels_q8_blocks(A, wr, q, d, b, nb);
-        return kernels_reduce32(A);
-    }
-    return reduce_groups(e01, o01, e23, o23);
-}
-
-static void avx2_q8(const kernels_q8 *w, size_t r0, size_t r1,
-                    const kernels_act *a, float *y, size_t ldy)
-{
-    size_t nb = w->cols / KERNELS_BLOCK;
-    for (size_t r = r0; r < r1; r++)
-        for (size_t v = 0; v < a->n; v++)
-            y[v * ldy + r] = row_q8(w->q + r * w->cols, nb, a->q + v * w->cols, a->d + v * nb) *
-                             w->scale[r];
 }
 
 void kernels_avx2_f32(const kernels_f32 *w, size_t r0, size_t r1,

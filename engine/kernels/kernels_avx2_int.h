@@ -23,6 +23,16 @@ static inline __m128i tab_biased128(void)
                          -12 + KERNELS_VNNI_BIAS);
 }
 
+#define KERNELS_AI inline __attribute__((always_inline))
+
+/* Four activation bytes, as the dword in every lane. */
+static KERNELS_AI __m256i bcast4_256(const int8_t *p)
+{
+    int32_t x;
+    memcpy(&x, p, 4);
+    return _mm256_set1_epi32(x);
+}
+
 /* Lane sums of w (signed) times a (signed), |w|, |a| <= 127. */
 static inline __m256i dot_lanes(__m256i w, __m256i a)
 {
@@ -39,40 +49,20 @@ static inline float reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
     return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
 }
 
-/* The int8 kernels keep a group's accumulators as
- *   e01 = [A0[0..3] | A1[0..3]]   o01 = [A0[4..7] | A1[4..7]]
- *   e23 = [A2[0..3] | A3[0..3]]   o23 = [A2[4..7] | A3[4..7]]
- * (even halves in e, odd halves in o: invariant 1's group layout). */
-
-/* Invariant 4 from that layout. */
-static inline float reduce_groups(__m256 e01, __m256 o01, __m256 e23, __m256 o23)
-{
-    __m256 se = _mm256_add_ps(e01, e23);  /* [A0+A2 | A1+A3], lanes 0..3 */
-    __m256 so = _mm256_add_ps(o01, o23);  /* the same, lanes 4..7 */
-    __m128 tlo = _mm_add_ps(_mm256_castps256_ps128(se), _mm256_extractf128_ps(se, 1));
-    __m128 thi = _mm_add_ps(_mm256_castps256_ps128(so), _mm256_extractf128_ps(so, 1));
-    __m128 u = _mm_add_ps(tlo, thi);
-    __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
-    return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
-}
-
-/* Store that layout as A[p*8 + l] (for the scalar tail of a partial group). */
-static inline void spill_groups(float *A, __m256 e01, __m256 o01, __m256 e23, __m256 o23)
-{
-    _mm_storeu_ps(A + 0, _mm256_castps256_ps128(e01));
-    _mm_storeu_ps(A + 8, _mm256_extractf128_ps(e01, 1));
-    _mm_storeu_ps(A + 4, _mm256_castps256_ps128(o01));
-    _mm_storeu_ps(A + 12, _mm256_extractf128_ps(o01, 1));
-    _mm_storeu_ps(A + 16, _mm256_castps256_ps128(e23));
-    _mm_storeu_ps(A + 24, _mm256_extractf128_ps(e23, 1));
-    _mm_storeu_ps(A + 20, _mm256_castps256_ps128(o23));
-    _mm_storeu_ps(A + 28, _mm256_extractf128_ps(o23, 1));
-}
-
 /* The AVX2 exact and f32 row kernels, reused by the AVX-512 table. */
 void kernels_avx2_mxfp4_exact(const kernels_mxfp4 *w, size_t r0, size_t r1,
                               const float *x, size_t n, float *y, size_t ldy);
 void kernels_avx2_f32(const kernels_f32 *w, size_t r0, size_t r1,
                       const float *x, size_t n, float *y, size_t ldy);
+
+/* ---- batched tiles (issue 16): rows in the lanes of a register ----------- */
+
+/* Rows [r0, r0 + 8k) (AVX2) or [r0, r0 + 16k) (AVX-512) of m times every
+ * vector of a, k as large as fits in [r0, r1); returns the first row not
+ * done.  Bit-identical to the matrix-vector kernels (invariants 2-4). */
+size_t kernels_avx2_tiles(int kind, const kernels_bmat *m, size_t r0, size_t r1,
+                          const kernels_act *a, float *y, size_t ldy);
+size_t kernels_avx512_tiles(int kind, const kernels_bmat *m, size_t r0, size_t r1,
+                            const kernels_act *a, float *y, size_t ldy);
 
 #endif

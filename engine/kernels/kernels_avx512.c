@@ -1,344 +1,146 @@
 /* kernels_avx512.c — AVX-512 VNNI row kernels (compiled with AVX-512
- * F/BW/VL/VNNI flags; called only when the CPU has them).
+ * F/BW/VL/VNNI flags; called only when the CPU has them): matrix-vector
+ * fast MXFP4, int8 and int4, the activation quantizer and SiTU.  Batches
+ * of the block-fold formats go to tile_avx512.c; exact MXFP4 and f32 reuse
+ * the AVX2 kernels (memory-bound).
  *
- * Fast MXFP4, matrix-vector, a group of four blocks (64 packed bytes) per
- * step: the low nibbles of the 64 bytes line up with 64 contiguous
+ * Fast MXFP4, int4 and int8 share one template, a group of four blocks per
+ * step: the low nibbles of 64 packed bytes line up with 64 contiguous
  * activations and the high nibbles with the next 64 (kernels_int.h
- * invariant 1), a byte shuffle looks up the doubled e2m1 values plus
- * KERNELS_VNNI_BIAS (dpbusd multiplies unsigned by signed bytes), and the
- * dpbusd lanes start at -BIAS times the sum of their four activations
- * (precomputed by the quantizer), so each block's four int32 lanes add up
- * to exactly its sum S (invariant 2).  Four groups are reduced to 16 block
- * sums by an integer shuffle tree and folded with one FMA into the 16
- * accumulators A[b % 16] (invariant 3).  Batches put 16 rows in the lanes
- * instead (mm_tile16).  int8 keeps the per-lane fold: [A0|A1|A2|A3] lanes
- * 0..3 (even halves) and 4..7 (odd halves), the AVX2 group layout twice,
- * so its tail and reduction reuse the AVX2 helpers.  Exact MXFP4 and f32
- * reuse the AVX2 kernels (memory-bound).
+ * invariant 1; int8 weights are stored in that layout), and dpbusd
+ * multiplies unsigned weights (MXFP4: the doubled e2m1 values plus
+ * KERNELS_VNNI_BIAS, by a byte shuffle; int4: q + 8 as stored; int8:
+ * w ^ 0x80 = w + 128) by signed activations.  Four groups are reduced to 16
+ * raw block sums by an integer shuffle tree; taking out the bias times the
+ * block's activation sum (stored by the quantizer) leaves each block's
+ * exact S (invariant 2), folded with one FMA into the 16 accumulators
+ * A[b % 16] (invariant 3).
  */
 #if defined(__x86_64__)
 
 #include "engine/kernels/kernels_avx2_int.h"
 
-/* Upper 8 lanes (AVX512F only; extractf32x8 would need DQ). */
-static inline __m256 hi256(__m512 v)
+/* The weights of group g (4 blocks, 128 positions) as dpbusd's unsigned
+ * operand: even halves (lo) and odd halves (hi), 64 bytes each, in the
+ * activation layout.  MXFP4: biased e2m1 by a byte shuffle; int4: q + 8 as
+ * stored; int8: w + 128 (w ^ 0x80). */
+static KERNELS_AI void group_weights(const int kind, const uint8_t *w, size_t g, __m512i *lo,
+                                     __m512i *hi)
 {
-    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-}
-
-/* Four per-block floats as [c0 x4 | c1 x4 | c2 x4 | c3 x4]. */
-static inline __m512 spread4(__m128 c4)
-{
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(c4));
-}
-
-/* After the group steps: split into the AVX2 layout, finish a partial
- * group in scalar code, reduce (invariant 4). */
-static inline float finish(__m512 accE, __m512 accO, size_t b, size_t nb,
-                           void (*tail)(float *, const void *), const void *tctx)
-{
-    __m256 e01 = _mm512_castps512_ps256(accE), e23 = hi256(accE);
-    __m256 o01 = _mm512_castps512_ps256(accO), o23 = hi256(accO);
-    if (b < nb) {
-        float A[32];
-        spill_groups(A, e01, o01, e23, o23);
-        tail(A, tctx);
-        return kernels_reduce32(A);
+    if (kind == KERNELS_KIND_Q8) {
+        const __m512i k128 = _mm512_set1_epi8((char)0x80);
+        *lo = _mm512_xor_si512(_mm512_loadu_si512(w + g * 128), k128);
+        *hi = _mm512_xor_si512(_mm512_loadu_si512(w + g * 128 + 64), k128);
+        return;
     }
-    return reduce_groups(e01, o01, e23, o23);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i v = _mm512_loadu_si512(w + g * 64);
+    *lo = _mm512_and_si512(v, m4);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    if (kind == KERNELS_KIND_MXFP4) {
+        const __m512i tab = _mm512_broadcast_i32x4(tab_biased128());
+        *lo = _mm512_shuffle_epi8(tab, *lo);
+        *hi = _mm512_shuffle_epi8(tab, *hi);
+    }
 }
 
-/* One row times one vector (invariants 2-4, MXFP4): per group of four
- * blocks, two dpbusd leave each block's sum S in the four int32 lanes of
- * its 128-bit quarter; four groups (16 blocks) are reduced to 16 block sums
- * by an integer shuffle tree, put in block order and folded with one FMA
- * into A[b % 16]. */
-static float row_fast(const uint8_t *p, const uint8_t *s, size_t nb,
-                      const int8_t *q, const float *d, const int32_t *bias)
+/* c_b of invariant 3 for blocks b..b+15 (s: the row's scales at block b). */
+static KERNELS_AI __m512 scales16(const int kind, const uint8_t *s, const float *d)
 {
-    const __m512i tab = _mm512_broadcast_i32x4(tab_biased128());
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 dv = _mm512_loadu_ps(d);
+    if (kind == KERNELS_KIND_MXFP4) {
+        __m512i e = _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s)), 23);
+        return _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(e), _mm512_set1_ps(0.5f)), dv);
+    }
+    if (kind == KERNELS_KIND_Q4) {
+        __m512i e = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)s)), 16);
+        return _mm512_mul_ps(_mm512_castsi512_ps(e), dv);
+    }
+    return dv;
+}
+
+/* One row times one vector (invariants 2-4): per group of four blocks, two
+ * dpbusd leave each block's raw sum in the four int32 lanes of its 128-bit
+ * quarter; four groups (16 blocks) are reduced to 16 block sums by an
+ * integer shuffle tree, put in block order, the weight bias times the
+ * activations' sum is taken out (MXFP4 + bsum, int4 + bsum8, int8 +
+ * bsum128) and one FMA folds them into A[b % 16]. */
+static KERNELS_AI float row_t(const int kind, const kernels_bmat *m, size_t r,
+                              const kernels_act *a, size_t v)
+{
     /* after the tree, lane 4k + j holds block 4j + k */
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    const __m512 half = _mm512_set1_ps(0.5f);
+    const size_t nb = m->nb, bb = kind == KERNELS_KIND_Q8 ? 32 : 16;   /* bytes a block */
+    const size_t sb = kind == KERNELS_KIND_Q4 ? 2 : 1;                 /* scale bytes a block */
+    const uint8_t *w = m->w + r * m->wrow;
+    const uint8_t *s = kind == KERNELS_KIND_Q8 ? NULL : m->s + r * m->srow;
+    const int8_t *q = a->q + v * m->cols;
+    const float *d = a->d + v * nb;
     __m512 acc = _mm512_setzero_ps();
     size_t b = 0;
 
     for (; b + 16 <= nb; b += 16) {
         __m512i X[4];
-        _mm_prefetch((const char *)p + b * 16 + KERNELS_PREFETCH, _MM_HINT_T0);
-        _mm_prefetch((const char *)p + b * 16 + KERNELS_PREFETCH + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)p + b * 16 + KERNELS_PREFETCH + 128, _MM_HINT_T0);
-        _mm_prefetch((const char *)p + b * 16 + KERNELS_PREFETCH + 192, _MM_HINT_T0);
-        _mm_prefetch((const char *)s + b + KERNELS_PREFETCH / 16, _MM_HINT_T0);
+        for (size_t k = 0; k < 16 * bb; k += 64)
+            _mm_prefetch((const char *)w + b * bb + KERNELS_PREFETCH + k, _MM_HINT_T0);
+        if (kind != KERNELS_KIND_Q8)
+            _mm_prefetch((const char *)s + b * sb + KERNELS_PREFETCH / 16 * sb, _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             size_t o = b + 4 * (size_t)j;
-            __m512i v = _mm512_loadu_si512(p + o * 16);
-            __m512i wl = _mm512_shuffle_epi8(tab, _mm512_and_si512(v, m4));
-            __m512i wh = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
-            __m512i x = _mm512_dpbusd_epi32(_mm512_loadu_si512(bias + o * 8), wl,
-                                            _mm512_loadu_si512(q + o * 32));
-            x = _mm512_add_epi32(x, _mm512_loadu_si512(bias + o * 8 + 16));
+            __m512i wl, wh;
+            group_weights(kind, w, o / 4, &wl, &wh);
+            __m512i x = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wl, _mm512_loadu_si512(q + o * 32));
             X[j] = _mm512_dpbusd_epi32(x, wh, _mm512_loadu_si512(q + o * 32 + 64));
         }
         __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(X[0], X[1]), _mm512_unpackhi_epi32(X[0], X[1]));
         __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(X[2], X[3]), _mm512_unpackhi_epi32(X[2], X[3]));
         __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
         __m512i S = _mm512_permutexvar_epi32(order, u);
-        __m512i e = _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + b))), 23);
-        __m512 c = _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(e), half), _mm512_loadu_ps(d + b));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), c, acc);
+        const int32_t *bs = kind == KERNELS_KIND_MXFP4 ? a->bsum : kind == KERNELS_KIND_Q4 ? a->bsum8
+                                                                                           : a->bsum128;
+        S = _mm512_add_epi32(S, _mm512_loadu_si512(bs + v * nb + b));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S),
+                              scales16(kind, kind == KERNELS_KIND_Q8 ? NULL : s + b * sb, d + b), acc);
     }
     float A[16];
     _mm512_storeu_ps(A, acc);
-    kernels_fast_blocks(A, p, s, q, d, b, nb);
-    return kernels_reduce16(A);
+    kernels_fold_blocks(kind, A, w, s, q, d, b, nb);
+    float y = kernels_reduce16(A);
+    return kind == KERNELS_KIND_Q8 ? y * m->rs[r] : y;
 }
 
-/* Batches (n > 1): 16 rows in the 16 lanes of a register.  For each block
- * the tile's 16 rows x 16 packed bytes are transposed once into 8 registers
- * (register l, lane r: row r's 4 biased weights at the block's layout
- * positions 4l..4l+3) and the row scales into one; then for every vector
- * 8 dpbusd against the vector's activation dwords, broadcast, give the 16
- * rows' block sums S, and one FMA folds them into the accumulator
- * A[b % 16] of each row (kept in memory per vector: 16 registers x
- * MM_VECS vectors).  Same integers, same c = (s * 0.5) * d, same FMA
- * order and reduction as row_fast: bit-identical to n single calls.  Per
- * 16 rows and block that is 8 dpbusd and 1 FMA, where a per-row fold
- * needed 8 and 8 (docs/kernels.md). */
-#define MM_ROWS 16
-#define MM_VECS 64
-
-/* Four activation bytes, as the dword in every lane. */
-static inline __m512i bcast4(const int8_t *p)
+/* Rows [r0, r1) times every vector: 16-row tiles for batches
+ * (tile_avx512.c), the matrix-vector kernel for n = 1 and the rows left
+ * over. */
+static KERNELS_AI void rows_t(const int kind, const kernels_bmat *m, size_t r0, size_t r1,
+                              const kernels_act *a, float *y, size_t ldy)
 {
-    int32_t x;
-    memcpy(&x, p, 4);
-    return _mm512_set1_epi32(x);
-}
-
-/* Rows [r, r + 16) times vectors [v0, v1) of a (v1 - v0 <= MM_VECS). */
-static void mm_tile16(const kernels_mxfp4 *w, size_t r, const kernels_act *a, size_t v0, size_t v1,
-                      float *y, size_t ldy)
-{
-    _Alignas(64) float acc[MM_VECS][16][16];
-    const size_t nb = w->cols / KERNELS_BLOCK, rs = nb * 16;
-    const __m512i tab = _mm512_broadcast_i32x4(tab_biased128());
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i ia = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
-    const __m512i ib = _mm512_add_epi32(ia, _mm512_set1_epi32(2));
-    const __m512 half = _mm512_set1_ps(0.5f);
-    const uint8_t *P = w->packed + r * rs, *Sc = w->scale + r * nb;
-
-    memset(acc, 0, (v1 - v0) * sizeof acc[0]);
-    for (size_t b = 0; b < nb; b++) {
-        /* in[j]: rows 4j..4j+3, 16 packed bytes (4 dwords) each */
-        __m512i in[4];
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            const uint8_t *pj = P + 4 * (size_t)j * rs + b * 16;
-            __m512i t = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)pj));
-            t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(pj + rs)), 1);
-            t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(pj + 2 * rs)), 2);
-            in[j] = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(pj + 3 * rs)), 3);
-        }
-        /* dword l of rows 0-7 and l+1 of rows 0-7 (resp. rows 8-15) */
-        __m512i a0 = _mm512_permutex2var_epi32(in[0], ia, in[1]);
-        __m512i a1 = _mm512_permutex2var_epi32(in[2], ia, in[3]);
-        __m512i b0 = _mm512_permutex2var_epi32(in[0], ib, in[1]);
-        __m512i b1 = _mm512_permutex2var_epi32(in[2], ib, in[3]);
-        __m512i pk[4] = {
-            _mm512_shuffle_i32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)),
-            _mm512_shuffle_i32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)),
-            _mm512_shuffle_i32x4(b0, b1, _MM_SHUFFLE(1, 0, 1, 0)),
-            _mm512_shuffle_i32x4(b0, b1, _MM_SHUFFLE(3, 2, 3, 2)),
-        };
-        __m512i W[8];
-#pragma GCC unroll 4
-        for (int l = 0; l < 4; l++) {
-            W[l] = _mm512_shuffle_epi8(tab, _mm512_and_si512(pk[l], m4));
-            W[4 + l] = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(pk[l], 4), m4));
-        }
-        /* the block's even and odd halves in the activation layout */
-        const size_t oe = kernels_bpos(nb, b, 0), oo = kernels_bpos(nb, b, 16);
-        uint32_t sb[16];
-        for (int i = 0; i < 16; i++)
-            sb[i] = Sc[(size_t)i * nb + b];
-        __m512 sh = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(sb), 23)), half);
-        float *A = &acc[0][b % 16][0];
-        const int8_t *q = a->q + v0 * w->cols;
-        const int32_t *bs = a->bsum + v0 * nb + b;
-        const float *d = a->d + v0 * nb + b;
-        for (size_t v = v0; v < v1; v++, A += 16 * 16, q += w->cols, bs += nb, d += nb) {
-            /* the lanes start at -BIAS * (sum of the block's activations) */
-            __m512i s0 = _mm512_set1_epi32(*bs), s1 = _mm512_setzero_si512();
-#pragma GCC unroll 4
-            for (int l = 0; l < 4; l++) {
-                s0 = _mm512_dpbusd_epi32(s0, W[l], bcast4(q + oe + 4 * l));
-                s1 = _mm512_dpbusd_epi32(s1, W[4 + l], bcast4(q + oo + 4 * l));
-            }
-            __m512 c = _mm512_mul_ps(sh, _mm512_set1_ps(*d));
-            __m512 S = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-            _mm512_store_ps(A, _mm512_fmadd_ps(S, c, _mm512_load_ps(A)));
-        }
-    }
-    for (size_t v = v0; v < v1; v++) {
-        float (*Av)[16] = acc[v - v0];
-        __m512 t[8];
-        for (int k = 0; k < 8; k++)
-            t[k] = _mm512_add_ps(_mm512_load_ps(Av[k]), _mm512_load_ps(Av[k + 8]));
-        for (int k = 0; k < 4; k++)
-            t[k] = _mm512_add_ps(t[k], t[k + 4]);
-        t[0] = _mm512_add_ps(t[0], t[2]);
-        t[1] = _mm512_add_ps(t[1], t[3]);
-        _mm512_storeu_ps(y + v * ldy + r, _mm512_add_ps(t[0], t[1]));
-    }
+    size_t r = a->n > 1 ? kernels_avx512_tiles(kind, m, r0, r1, a, y, ldy) : r0;
+    for (; r < r1; r++)
+        for (size_t v = 0; v < a->n; v++)
+            y[v * ldy + r] = row_t(kind, m, r, a, v);
 }
 
 static void avx512_mxfp4_fast(const kernels_mxfp4 *w, size_t r0, size_t r1,
                               const kernels_act *a, float *y, size_t ldy)
 {
-    size_t nb = w->cols / KERNELS_BLOCK, r = r0;
-
-    if (a->n > 1) {
-        for (; r + MM_ROWS <= r1; r += MM_ROWS) {
-            /* the tile's compute hides fetching the next tile's weights
-             * (from DRAM when the expert was just streamed in) into L2 */
-            if (r + 2 * MM_ROWS <= r1) {
-                const char *np = (const char *)(w->packed + (r + MM_ROWS) * nb * 16);
-                const char *ns = (const char *)(w->scale + (r + MM_ROWS) * nb);
-                for (size_t o = 0; o < MM_ROWS * nb * 16; o += 64)
-                    _mm_prefetch(np + o, _MM_HINT_T1);
-                for (size_t o = 0; o < MM_ROWS * nb; o += 64)
-                    _mm_prefetch(ns + o, _MM_HINT_T1);
-            }
-            for (size_t v = 0; v < a->n; v += MM_VECS)
-                mm_tile16(w, r, a, v, v + MM_VECS < a->n ? v + MM_VECS : a->n, y, ldy);
-        }
-    }
-    for (; r < r1; r++)
-        for (size_t v = 0; v < a->n; v++)
-            y[v * ldy + r] = row_fast(w->packed + r * nb * 16, w->scale + r * nb, nb,
-                                      a->q + v * nb * 32, a->d + v * nb, a->bias + v * nb * 8);
-}
-
-/* |w| times a with w's sign, so dpbusd (unsigned x signed) sees |w|. */
-static inline __m512i dot_lanes512(__m512i w, __m512i a)
-{
-    __mmask64 neg = _mm512_movepi8_mask(w);
-    __m512i as = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), as);
-}
-
-struct q8_tail {
-    const int8_t *w, *q;
-    const float *d;
-    size_t b, nb;
-};
-
-static void q8_tail_fn(float *A, const void *ctx)
-{
-    const struct q8_tail *t = ctx;
-    kernels_q8_blocks(A, t->w, t->q, t->d, t->b, t->nb);
-}
-
-static float row_q8(const int8_t *wr, size_t nb, const int8_t *q, const float *d)
-{
-    __m512 accE = _mm512_setzero_ps(), accO = _mm512_setzero_ps();
-    size_t b = 0;
-
-    for (; b + 4 <= nb; b += 4) {
-        const int8_t *W = wr + b * 32, *Q = q + b * 32;
-        _mm_prefetch((const char *)W + KERNELS_PREFETCH, _MM_HINT_T0);
-        _mm_prefetch((const char *)W + KERNELS_PREFETCH + 64, _MM_HINT_T0);
-        __m512i pe = dot_lanes512(_mm512_loadu_si512(W), _mm512_loadu_si512(Q));
-        __m512i po = dot_lanes512(_mm512_loadu_si512(W + 64), _mm512_loadu_si512(Q + 64));
-        __m512 c = spread4(_mm_loadu_ps(d + b));
-        accE = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pe), c, accE);
-        accO = _mm512_fmadd_ps(_mm512_cvtepi32_ps(po), c, accO);
-    }
-    struct q8_tail t = { wr, q, d, b, nb };
-    return finish(accE, accO, b, nb, q8_tail_fn, &t);
-}
-
-/* Batches (n > 1): the rows of a tile are stored once with 128 added (w ^
- * 0x80, unsigned for dpbusd) and kept in L1; per vector and group, the
- * lanes start at -128 times the sum of their four activations (computed
- * once per group with a dpbusd against 0x80 and shared by the tile's rows),
- * so the int32 lanes are exactly those of dot_lanes512 and the float order
- * is row_q8's: bit-identical to n single calls. */
-#define Q8_ROWS 4
-
-static inline __attribute__((always_inline)) void
-q8_tile(const kernels_q8 *w, size_t r, const int R, const uint8_t *wbuf,
-        const kernels_act *a, float *y, size_t ldy)
-{
-    size_t cols = w->cols, nb = cols / KERNELS_BLOCK, ng = nb / 4;
-    const __m512i k128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
-
-    for (size_t v = 0; v < a->n; v++) {
-        const int8_t *q = a->q + v * cols;
-        const float *d = a->d + v * nb;
-        __m512 accE[Q8_ROWS], accO[Q8_ROWS];
-#pragma GCC unroll 4
-        for (int i = 0; i < R; i++)
-            accE[i] = accO[i] = _mm512_setzero_ps();
-        for (size_t g = 0; g < ng; g++) {
-            __m512i qe = _mm512_loadu_si512(q + g * 128), qo = _mm512_loadu_si512(q + g * 128 + 64);
-            __m512i ne = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, qe));
-            __m512i no = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, qo));
-            __m512 c = spread4(_mm_loadu_ps(d + 4 * g));
-#pragma GCC unroll 4
-            for (int i = 0; i < R; i++) {
-                const uint8_t *W = wbuf + i * cols + g * 128;
-                __m512i pe = _mm512_dpbusd_epi32(ne, _mm512_loadu_si512(W), qe);
-                __m512i po = _mm512_dpbusd_epi32(no, _mm512_loadu_si512(W + 64), qo);
-                accE[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pe), c, accE[i]);
-                accO[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(po), c, accO[i]);
-            }
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < R; i++) {
-            struct q8_tail t = { w->q + (r + i) * cols, q, d, 4 * ng, nb };
-            y[v * ldy + r + i] = finish(accE[i], accO[i], 4 * ng, nb, q8_tail_fn, &t) *
-                                 w->scale[r + i];
-        }
-    }
-}
-
-static void q8_bias_rows(const int8_t *src, size_t bytes, uint8_t *dst)
-{
-    const __m512i k128 = _mm512_set1_epi8((char)0x80);
-    size_t j = 0;
-    for (; j + 64 <= bytes; j += 64)
-        _mm512_storeu_si512(dst + j, _mm512_xor_si512(_mm512_loadu_si512(src + j), k128));
-    for (; j < bytes; j++)
-        dst[j] = (uint8_t)src[j] ^ 0x80;
+    kernels_bmat m = kernels_bmat_mxfp4(w);
+    rows_t(KERNELS_KIND_MXFP4, &m, r0, r1, a, y, ldy);
 }
 
 static void avx512_q8(const kernels_q8 *w, size_t r0, size_t r1,
                       const kernels_act *a, float *y, size_t ldy)
 {
-    size_t nb = w->cols / KERNELS_BLOCK;
-    if (a->n == 1 || w->cols > KERNELS_ROWBUF) {
-        for (size_t r = r0; r < r1; r++)
-            for (size_t v = 0; v < a->n; v++)
-                y[v * ldy + r] = row_q8(w->q + r * w->cols, nb, a->q + v * w->cols, a->d + v * nb) *
-                                 w->scale[r];
-        return;
-    }
-    _Alignas(64) uint8_t wbuf[Q8_ROWS * KERNELS_ROWBUF];
-    size_t r = r0;
-    for (; r + Q8_ROWS <= r1; r += Q8_ROWS) {
-        q8_bias_rows(w->q + r * w->cols, Q8_ROWS * w->cols, wbuf);
-        q8_tile(w, r, Q8_ROWS, wbuf, a, y, ldy);
-    }
-    for (; r < r1; r++) {
-        q8_bias_rows(w->q + r * w->cols, w->cols, wbuf);
-        q8_tile(w, r, 1, wbuf, a, y, ldy);
-    }
+    kernels_bmat m = kernels_bmat_q8(w);
+    rows_t(KERNELS_KIND_Q8, &m, r0, r1, a, y, ldy);
+}
+
+void kernels_q4_rows_avx512(const kernels_q4 *w, size_t r0, size_t r1,
+                            const kernels_act *a, float *y, size_t ldy)
+{
+    kernels_bmat m = kernels_bmat_q4(w);
+    rows_t(KERNELS_KIND_Q4, &m, r0, r1, a, y, ldy);
 }
 
 /* ---- activation quantizer and SiTU (the bits of kernels_int.h's scalar

@@ -1,40 +1,38 @@
 /* kernels_int.h — private to engine/kernels: the quantized-activation
  * record, the per-ISA row kernels and the table that selects them.
  *
- * Invariants of the fast path (every ISA variant keeps them, which is what
- * makes them bit-identical to the scalar reference):
+ * Invariants of the fast path, shared by fast MXFP4, int8 and int4 (every
+ * ISA variant keeps them, which is what makes them bit-identical to the
+ * scalar reference, batched or not):
  *  1. A block is 32 columns; position i < 16 of a block is its even column
  *     2i (low nibble of packed byte i), position 16 + i its odd column
  *     2i + 1 (high nibble).  int8 activations and int8 spine weights are
  *     stored in groups of up to 4 blocks (the last group of a row may be
  *     shorter, gs blocks): first the even halves of the group's blocks, 16
  *     bytes each, then their odd halves (kernels_bpos).  So one 64-byte
- *     load of packed MXFP4 bytes, masked to low nibbles, lines up with 64
- *     contiguous activation bytes, and its high nibbles with the next 64:
- *     no shuffle is needed to pair weights with activations.
+ *     load of packed 4-bit bytes (MXFP4, int4), masked to low nibbles,
+ *     lines up with 64 contiguous activation bytes, and its high nibbles
+ *     with the next 64: no shuffle is needed to pair weights with
+ *     activations.
  *  2. Position i of a block holds the weight code w_i (MXFP4: the doubled
- *     e2m1 value, an integer in [-12, 12]; int8: q in [-127, 127]) and the
- *     activation a_i.
- *     MXFP4: the block gives one integer S = sum_{i<32} w_i * a_i (exact in
- *     any order: |S| <= 32 * 12 * 127).
- *     int8: the block gives 8 integer lane sums P[l] = sum_{k<4}
- *     w_{4l+k} * a_{4l+k}: 4 consecutive bytes in memory, exactly the int32
- *     lanes of maddubs+madd (AVX2), dpbusd (AVX-512) and smull+pairwise
- *     adds (NEON).
- *  3. MXFP4: block b of a row is folded into float accumulator A[b % 16] by
- *     A = fmaf((float)S, c_b, A), c_b = (weight scale * 0.5) * d_b (0.5
- *     undoes the doubling); blocks in order.  Sixteen accumulators let a
- *     batched kernel keep 16 rows in the lanes of one register (one FMA per
- *     16 rows and block) and a matrix-vector kernel fold 16 blocks at once.
- *     int8: block b is folded into A[b % 4][l] by A = fmaf((float)P[l], d_b,
- *     A); blocks in order.
- *  4. MXFP4: the row's result is (kernels_reduce16)
+ *     e2m1 value, an integer in [-12, 12]; int4: q in [-7, 7]; int8: q in
+ *     [-127, 127]) and the activation a_i.  The block gives one integer
+ *     S = sum_{i<32} w_i * a_i, exact in any order (|S| <= 32 * 127 * 127
+ *     < 2^24, so (float)S is exact too), however the ISA adds it up.
+ *  3. Block b of a row is folded into float accumulator A[b % 16] by
+ *     A = fmaf((float)S, c_b, A), blocks in order, with
+ *        MXFP4: c_b = (2^(s_b - 127) * 0.5) * d_b  (0.5 undoes the doubling)
+ *        int4:  c_b = scale_b * d_b                (scale_b: the BF16 scale)
+ *        int8:  c_b = d_b
+ *     (d_b the activation block's scale; one f32 multiply, correctly rounded
+ *     everywhere).  Sixteen accumulators let a batched kernel keep 8 or 16
+ *     rows in the lanes of a register (one conversion and one FMA per
+ *     lane-full of rows and block) and a matrix-vector kernel fold 8 or 16
+ *     blocks at once.
+ *  4. The row's result is (kernels_reduce16)
  *        t[k] = A[k] + A[k+8],  u[k] = t[k] + t[k+4],  v[k] = u[k] + u[k+2],
- *        y = v[0] + v[1].
- *     int8 (kernels_reduce32):
- *        t[l] = (A[0][l] + A[2][l]) + (A[1][l] + A[3][l])
- *        u[l] = t[l] + t[l+4],  v[l] = u[l] + u[l+2],  y = v[0] + v[1]
- *     times the row scale.
+ *        y = v[0] + v[1],
+ *     int8: times the row scale.
  */
 #ifndef SHOAL_KERNELS_INT_H
 #define SHOAL_KERNELS_INT_H
@@ -49,12 +47,6 @@
 #define KERNELS_BLOCK 32
 /* Added to every doubled e2m1 value so dpbusd sees unsigned weights. */
 #define KERNELS_VNNI_BIAS 12
-/* Batched AVX2 fast MXFP4 (n > 1) decodes a row once into a buffer of this
- * many bytes (on the stack) and reuses it for every vector; longer rows
- * fall back to decoding per vector.  The AVX-512 int8 spine stores tiles
- * of 4 rows (64 KB on the stack); AVX-512 fast MXFP4 needs no row buffer
- * (16-row tiles decoded per block, 64 KB of accumulators on the stack). */
-#define KERNELS_ROWBUF 16384
 /* Rows a thread takes at a time (a multiple of 32: the expert helper
  * quantizes the h rows it computed in whole blocks). */
 #define KERNELS_CHUNK_ROWS 64
@@ -70,6 +62,8 @@ struct kernels_act {
     float *d;                /* [n][cols/32] block scales */
     int32_t *bias;           /* [n][cols/4]: -BIAS * sum of q[4j..4j+3] */
     int32_t *bsum;           /* [n][cols/32]: -BIAS * sum of a block's q */
+    int32_t *bsum8;          /* [n][cols/32]: -8 * sum of a block's q (int4 start) */
+    int32_t *bsum128;        /* [n][cols/32]: -128 * sum of a block's q (int8 + 128) */
 };
 
 /* Quantize blocks [b0, b1) of vector v (x points at that vector). */
@@ -119,20 +113,7 @@ static inline float kernels_ue8m0(uint8_t s)
     return f;
 }
 
-/* Invariant 4, from the 32 accumulators A[p][l] stored as a[p*8 + l]. */
-static inline float kernels_reduce32(const float *a)
-{
-    float t[8], u[4], v[2];
-    for (int l = 0; l < 8; l++)
-        t[l] = (a[l] + a[16 + l]) + (a[8 + l] + a[24 + l]);
-    for (int l = 0; l < 4; l++)
-        u[l] = t[l] + t[l + 4];
-    v[0] = u[0] + u[2];
-    v[1] = u[1] + u[3];
-    return v[0] + v[1];
-}
-
-/* MXFP4 invariant 4, from the 16 accumulators A[k]. */
+/* Invariant 4, from the 16 accumulators A[k]. */
 static inline float kernels_reduce16(const float *a)
 {
     float t[8], u[4], v[2];
@@ -246,42 +227,122 @@ static inline size_t kernels_colpos(size_t nb, size_t j)
     return kernels_bpos(nb, j / 32, (i & 1) ? 16 + i / 2 : i / 2);
 }
 
-/* Block b's integer sum S of invariant 2 (MXFP4), scalar. */
-static inline int32_t kernels_fast_block_sum(const uint8_t *p, const int8_t *q, size_t nb, size_t b)
+/* ---- block-fold formats: MXFP4, int4, int8 (issues 9, 15, 16) ------------------ */
+
+/* The three formats of invariants 2-4; the SIMD files instantiate one
+ * template per kind (a compile-time constant after inlining). */
+enum kernels_kind { KERNELS_KIND_MXFP4, KERNELS_KIND_Q4, KERNELS_KIND_Q8 };
+
+/* A block-fold matrix as the row kernels see it. */
+typedef struct kernels_bmat {
+    const uint8_t *w;   /* packed nibbles (MXFP4, int4: 16 bytes a block) or int8 */
+    const uint8_t *s;   /* per-block scales: ue8m0 bytes, BF16 pairs; int8 NULL */
+    const float *rs;    /* int8 row scales, else NULL */
+    size_t rows, cols, nb;
+    size_t wrow, srow;  /* bytes of a row of w and of s */
+} kernels_bmat;
+
+static inline kernels_bmat kernels_bmat_mxfp4(const kernels_mxfp4 *m)
+{
+    size_t nb = m->cols / KERNELS_BLOCK;
+    return (kernels_bmat){ m->packed, m->scale, NULL, m->rows, m->cols, nb, nb * 16, nb };
+}
+
+static inline kernels_bmat kernels_bmat_q4(const kernels_q4 *m)
+{
+    size_t nb = m->cols / KERNELS_BLOCK;
+    return (kernels_bmat){ m->packed, m->scale, NULL, m->rows, m->cols, nb, nb * 16, nb * 2 };
+}
+
+static inline kernels_bmat kernels_bmat_q8(const kernels_q8 *m)
+{
+    return (kernels_bmat){ (const uint8_t *)m->q, NULL, m->scale, m->rows, m->cols,
+                           m->cols / KERNELS_BLOCK, m->cols, 0 };
+}
+
+/* A BF16 value from two little-endian bytes at any address. */
+static inline float kernels_bf16(const uint8_t *p)
+{
+    uint32_t bits = ((uint32_t)p[0] | (uint32_t)p[1] << 8) << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Weight code w_i of invariant 2 at position i of block b of a row (w: the
+ * row's bytes). */
+static inline int32_t kernels_wcode(int kind, const uint8_t *w, size_t nb, size_t b, size_t i)
+{
+    if (kind == KERNELS_KIND_Q8)
+        return ((const int8_t *)w)[kernels_bpos(nb, b, i)];
+    uint8_t byte = w[b * 16 + (i & 15)];
+    int nib = i < 16 ? byte & 15 : byte >> 4;
+    return kind == KERNELS_KIND_MXFP4 ? kernels_e2m1x2[nib] : nib - 8;
+}
+
+/* Block b's integer sum S (invariant 2), scalar. */
+static inline int32_t kernels_block_sum(int kind, const uint8_t *w, const int8_t *q, size_t nb,
+                                        size_t b)
 {
     int32_t S = 0;
-    for (int i = 0; i < 32; i++) {
-        uint8_t byte = p[b * 16 + (i & 15)];
-        S += kernels_e2m1x2[i < 16 ? byte & 15 : byte >> 4] * q[kernels_bpos(nb, b, (size_t)i)];
-    }
+    for (size_t i = 0; i < 32; i++)
+        S += kernels_wcode(kind, w, nb, b, i) * q[kernels_bpos(nb, b, i)];
     return S;
 }
 
-/* Fast MXFP4 blocks [b0, nb) of a row into A[16] (invariant 3), scalar.
- * The reference uses it for every block, SIMD variants for the blocks
- * after the row's last full 16 (none for K3's shapes). */
-static inline void kernels_fast_blocks(float *A, const uint8_t *p, const uint8_t *s,
-                                       const int8_t *q, const float *d, size_t b0, size_t nb)
+/* c_b of invariant 3 (s: the row's scales). */
+static inline float kernels_block_c(int kind, const uint8_t *s, const float *d, size_t b)
 {
-    for (size_t b = b0; b < nb; b++) {
-        float c = (kernels_ue8m0(s[b]) * 0.5f) * d[b];
-        A[b % 16] = fmaf((float)kernels_fast_block_sum(p, q, nb, b), c, A[b % 16]);
-    }
+    if (kind == KERNELS_KIND_MXFP4)
+        return (kernels_ue8m0(s[b]) * 0.5f) * d[b];
+    if (kind == KERNELS_KIND_Q4)
+        return kernels_bf16(s + 2 * b) * d[b];
+    return d[b];
 }
 
-/* int8 blocks [b0, nb) of a row into A[32], scalar (w and q same layout). */
-static inline void kernels_q8_blocks(float *A, const int8_t *w, const int8_t *q,
-                                     const float *d, size_t b0, size_t nb)
+/* Blocks [b0, nb) of a row into A[16] (invariant 3), scalar.  The
+ * reference uses it for every block, the SIMD matrix-vector kernels for the
+ * blocks after the row's last full 16 (none for K3's shapes). */
+static inline void kernels_fold_blocks(int kind, float *A, const uint8_t *w, const uint8_t *s,
+                                       const int8_t *q, const float *d, size_t b0, size_t nb)
 {
-    for (size_t b = b0; b < nb; b++) {
-        float *Ab = A + (b % 4) * 8;
-        for (int l = 0; l < 8; l++) {
-            size_t o = kernels_bpos(nb, b, 4 * (size_t)l);
-            int32_t P = w[o] * q[o] + w[o + 1] * q[o + 1] + w[o + 2] * q[o + 2] +
-                        w[o + 3] * q[o + 3];
-            Ab[l] = fmaf((float)P, d[b], Ab[l]);
-        }
-    }
+    for (size_t b = b0; b < nb; b++)
+        A[b % 16] = fmaf((float)kernels_block_sum(kind, w, q, nb, b), kernels_block_c(kind, s, d, b),
+                         A[b % 16]);
 }
+
+/* One row times one vector, scalar (invariants 2-4). */
+static inline float kernels_row_scalar(int kind, const kernels_bmat *m, size_t r,
+                                       const kernels_act *a, size_t v)
+{
+    float A[16] = { 0 };
+    kernels_fold_blocks(kind, A, m->w + r * m->wrow, m->s ? m->s + r * m->srow : NULL,
+                        a->q + v * m->cols, a->d + v * m->nb, 0, m->nb);
+    float y = kernels_reduce16(A);
+    return kind == KERNELS_KIND_Q8 ? y * m->rs[r] : y;
+}
+
+/* int4 row kernels, one per ISA (kept apart from kernels_ops so that other
+ * kernel families can add to that table without touching these lines). */
+typedef void (*kernels_q4_fn)(const kernels_q4 *w, size_t r0, size_t r1,
+                              const kernels_act *a, float *y, size_t ldy);
+void kernels_q4_rows_scalar(const kernels_q4 *w, size_t r0, size_t r1,
+                            const kernels_act *a, float *y, size_t ldy);
+#if defined(__x86_64__)
+void kernels_q4_rows_avx2(const kernels_q4 *w, size_t r0, size_t r1,
+                          const kernels_act *a, float *y, size_t ldy);
+void kernels_q4_rows_avx512(const kernels_q4 *w, size_t r0, size_t r1,
+                            const kernels_act *a, float *y, size_t ldy);
+#endif
+#if defined(__aarch64__)
+void kernels_q4_rows_neon(const kernels_q4 *w, size_t r0, size_t r1,
+                          const kernels_act *a, float *y, size_t ldy);
+/* Batched rows in lanes (tile_neon.c): rows [r0, r0 + 4k) of m times every
+ * vector of a; returns the first row not done (fewer than 4 left). */
+size_t kernels_neon_tiles(int kind, const kernels_bmat *m, size_t r0, size_t r1,
+                          const kernels_act *a, float *y, size_t ldy);
+#endif
+/* The int4 row kernel of the ISA chosen now. */
+kernels_q4_fn kernels_q4_rows_get(void);
 
 #endif

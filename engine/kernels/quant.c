@@ -1,5 +1,5 @@
 /* quant.c — activation quantization (kernels_act), the int8 spine
- * quantizers and BF16 widening.
+ * quantizers and BF16 widening (the int4 quantizers are in q4.c).
  *
  * Owns the one definition of how f32 becomes int8 in this engine: blocks of
  * 32 activations with one scale each, whole rows of spine weights with one
@@ -30,7 +30,9 @@ kernels_act *kernels_act_new(size_t cols_max, size_t nmax)
     a->d = malloc(blocks * sizeof *a->d);
     a->bias = malloc(blocks * 8 * sizeof *a->bias);
     a->bsum = malloc(blocks * sizeof *a->bsum);
-    if (!a->q || !a->d || !a->bias || !a->bsum) {
+    a->bsum8 = malloc(blocks * sizeof *a->bsum8);
+    a->bsum128 = malloc(blocks * sizeof *a->bsum128);
+    if (!a->q || !a->d || !a->bias || !a->bsum || !a->bsum8 || !a->bsum128) {
         kernels_act_free(a);
         return NULL;
     }
@@ -45,6 +47,8 @@ void kernels_act_free(kernels_act *act)
     free(act->d);
     free(act->bias);
     free(act->bsum);
+    free(act->bsum8);
+    free(act->bsum128);
     free(act);
 }
 
@@ -65,11 +69,16 @@ void kernels_act_quantize_blocks(kernels_act *act, size_t v, const float *x,
     const int32_t *bias = act->bias + v * act->cols / 4;
 
     kernels_ops_get()->act_quant(act, v, x, b0, b1);
-    /* the start value of a batched AVX-512 block sum (16 rows in lanes) */
+    /* per block: the start values of a block sum over unsigned weights,
+     * minus the bias times the block's activations: MXFP4 (e2m1 + 12),
+     * int4 (q + 8), int8 (w + 128, AVX-512) */
     for (size_t b = b0; b < b1; b++) {
         size_t oe = kernels_bpos(nb, b, 0) / 4, oo = kernels_bpos(nb, b, 16) / 4;
-        act->bsum[v * nb + b] = bias[oe] + bias[oe + 1] + bias[oe + 2] + bias[oe + 3] +
-                                bias[oo] + bias[oo + 1] + bias[oo + 2] + bias[oo + 3];
+        int32_t bs = bias[oe] + bias[oe + 1] + bias[oe + 2] + bias[oe + 3] +
+                     bias[oo] + bias[oo + 1] + bias[oo + 2] + bias[oo + 3];
+        act->bsum[v * nb + b] = bs;
+        act->bsum8[v * nb + b] = bs / KERNELS_VNNI_BIAS * 8;
+        act->bsum128[v * nb + b] = bs / KERNELS_VNNI_BIAS * 128;
     }
 }
 

@@ -2,9 +2,9 @@
  * checked against.  Plain C, always built.
  *
  * Exact MXFP4: y = sum_j w[j]*x[j] in f32, j in column order, w decoded
- * exactly (e2m1 times a power of two).  Fast MXFP4 and int8: the integer
- * block (MXFP4) or lane (int8) sums and the float order of kernels_int.h
- * invariants 2-4.  f32: column order.
+ * exactly (e2m1 times a power of two).  Fast MXFP4, int8 and int4: the
+ * integer block sums and the float order of kernels_int.h invariants 2-4.
+ * f32: column order.
  */
 #include "engine/kernels/kernels_int.h"
 
@@ -14,17 +14,27 @@ const int8_t kernels_e2m1x2[16] = {
     0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
 };
 
+/* Fast MXFP4, int8, int4: invariants 2-4 one row and vector at a time. */
+static inline void scalar_rows(int kind, const kernels_bmat *m, size_t r0, size_t r1,
+                               const kernels_act *a, float *y, size_t ldy)
+{
+    for (size_t r = r0; r < r1; r++)
+        for (size_t v = 0; v < a->n; v++)
+            y[v * ldy + r] = kernels_row_scalar(kind, m, r, a, v);
+}
+
 static void scalar_mxfp4_fast(const kernels_mxfp4 *w, size_t r0, size_t r1,
                               const kernels_act *a, float *y, size_t ldy)
 {
-    size_t nb = w->cols / KERNELS_BLOCK;
-    for (size_t r = r0; r < r1; r++)
-        for (size_t v = 0; v < a->n; v++) {
-            float acc[16] = { 0 };
-            kernels_fast_blocks(acc, w->packed + r * nb * 16, w->scale + r * nb,
-                                a->q + v * w->cols, a->d + v * nb, 0, nb);
-            y[v * ldy + r] = kernels_reduce16(acc);
-        }
+    kernels_bmat m = kernels_bmat_mxfp4(w);
+    scalar_rows(KERNELS_KIND_MXFP4, &m, r0, r1, a, y, ldy);
+}
+
+void kernels_q4_rows_scalar(const kernels_q4 *w, size_t r0, size_t r1,
+                            const kernels_act *a, float *y, size_t ldy)
+{
+    kernels_bmat m = kernels_bmat_q4(w);
+    scalar_rows(KERNELS_KIND_Q4, &m, r0, r1, a, y, ldy);
 }
 
 static void scalar_mxfp4_exact(const kernels_mxfp4 *w, size_t r0, size_t r1,
@@ -49,17 +59,8 @@ static void scalar_mxfp4_exact(const kernels_mxfp4 *w, size_t r0, size_t r1,
 static void scalar_q8(const kernels_q8 *w, size_t r0, size_t r1,
                       const kernels_act *a, float *y, size_t ldy)
 {
-    size_t nb = w->cols / KERNELS_BLOCK;
-    for (size_t r = r0; r < r1; r++) {
-        const int8_t *wr = w->q + r * w->cols;
-        for (size_t v = 0; v < a->n; v++) {
-            const int8_t *q = a->q + v * w->cols;
-            const float *d = a->d + v * nb;
-            float acc[32] = { 0 };
-            kernels_q8_blocks(acc, wr, q, d, 0, nb);
-            y[v * ldy + r] = kernels_reduce32(acc) * w->scale[r];
-        }
-    }
+    kernels_bmat m = kernels_bmat_q8(w);
+    scalar_rows(KERNELS_KIND_Q8, &m, r0, r1, a, y, ldy);
 }
 
 static void scalar_f32(const kernels_f32 *w, size_t r0, size_t r1,
