@@ -11,7 +11,27 @@
  *
  * On-disk format, invariants and the eviction policy: docs/cache-format.md.
  *
- * Threads: a handle is used by one thread at a time (the daemon's loop).
+ * Threads (docs/cache-format.md, "Threads"):
+ *   1. A handle is used by one thread at a time.
+ *   2. In shoald the writer handle belongs to the loop thread.  A worker
+ *      thread never calls it (one exception, rule 4); it opens a side
+ *      handle of its own (cache_config.read_only = CACHE_OPEN_SIDE): its
+ *      own SQLite connection, which in WAL mode reads a consistent
+ *      snapshot while the writer commits and never holds the writer up.
+ *      On it a worker reads everything (lookups, lists, verify scans,
+ *      reports) and may write the rows nobody holds in memory — models and
+ *      files (cache_model_put, cache_file_put), one short autocommit
+ *      statement each.
+ *   3. Whatever changes objects — begin and commit, pins, eviction,
+ *      removal — is the writer's, on the loop thread, in steps of one
+ *      short transaction (cache_verify_remove, cache_gc_step), from
+ *      results a worker handed back.
+ *   4. A writer's bytes may be produced on another thread: the loop
+ *      begins it, hands it over, and takes it back for commit or abort;
+ *      meanwhile it calls nothing on it, and the worker calls only
+ *      cache_writer_allocate, cache_writer_open_fd and cache_writer_adopt,
+ *      which touch the writer's own file and hash, never the index, the
+ *      budget or the table.
  * Several processes may open the same directory read-only beside the one
  * writer.  No function here prints; diagnostics go through common/log.h.
  *
@@ -79,7 +99,11 @@ typedef struct cache_config {
     double   free_share;      /* default 0.90 */
     uint64_t floor_bytes;     /* default 10 GiB */
     uint32_t pin_kinds;       /* CACHE_PIN_KIND bits; default spine|small */
-    int      read_only;       /* open beside a writer, no lock, no repair */
+    /* 0: the writer.  CACHE_OPEN_READER: beside a writer, no lock, no
+     * repair, nothing written.  CACHE_OPEN_SIDE: a worker thread's handle
+     * beside its own process's writer: as a reader, but models and files
+     * can be recorded ("Threads" above). */
+    int      read_only;
     /* Counter flushes: due after this many recorded events or this many
      * milliseconds since the last flush, whichever comes first. */
     uint32_t flush_events;    /* default 4096 */
@@ -100,6 +124,8 @@ typedef struct cache_config {
      * recent objects — recovery still drops them, verify catches them). */
     int      no_fsync;
 } cache_config;
+
+enum { CACHE_OPEN_READER = 1, CACHE_OPEN_SIDE = 2 };
 
 /* Fill cfg with the defaults above.  Cannot fail. */
 void cache_config_default(cache_config *cfg);
@@ -140,6 +166,42 @@ void cache_close(cache *c);
  * durable length: see cache_writer_offset().  The names are copied. */
 int cache_write_begin(cache *c, const cache_key *key, cache_kind kind,
                       const cache_names *names, cache_writer **out, shoal_err *err);
+
+/* cache_write_begin with flags: CACHE_BEGIN_NO_ALLOC leaves the file's
+ * blocks unallocated (fallocate of tens of GB takes ~0.1 s); the thread
+ * that fills the writer calls cache_writer_allocate first. */
+enum { CACHE_BEGIN_NO_ALLOC = 1 };
+int cache_write_begin_flags(cache *c, const cache_key *key, cache_kind kind,
+                            const cache_names *names, unsigned flags, cache_writer **out,
+                            shoal_err *err);
+
+/* ---- filling a writer from another thread or process (rule 4) ----------
+ * These three touch only the writer's tmp file and hash, so a worker may
+ * call them while the thread that began w waits. */
+
+/* Allocate the file's blocks (fallocate, KEEP_SIZE): SHOAL_ENOSPC when the
+ * disk cannot hold the object.  A no-op when begin allocated already. */
+int cache_writer_allocate(cache_writer *w, shoal_err *err);
+
+/* A new descriptor of the tmp file, opened with `flags` (O_WRONLY: for a
+ * client to fill it; close-on-exec).  Caller closes. */
+int cache_writer_open_fd(cache_writer *w, int flags, int *fd, shoal_err *err);
+
+/* Progress of a long cache operation: done of total (bytes); a nonzero
+ * return asks it to stop (SHOAL_ECANCELED). */
+typedef int (*cache_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+
+/* The tmp file holds the whole object, written through another descriptor
+ * (cache_writer_open_fd): check that it is exactly the key's length
+ * (SHOAL_ERANGE saying what it holds), hash it in order from the prefix on
+ * into the writer's XXH3-128, and fsync it (unless no_fsync), so that a
+ * commit only renames and records.  fn (may be NULL) every 4 MiB.  On
+ * failure the writer can only be aborted. */
+int cache_writer_adopt(cache_writer *w, cache_progress_fn fn, void *ctx, shoal_err *err);
+
+/* The writer's XXH3-128 so far, canonical (a commit stores the final
+ * one): the hash of the prefix. */
+void cache_writer_xxh(const cache_writer *w, uint8_t out[16]);
 
 /* The contiguous prefix written so far (where the next append lands:
  * resume from here).  Bytes written ahead by cache_write_at are not
@@ -206,6 +268,23 @@ typedef struct cache_obj {
 int cache_lookup(cache *c, const cache_key *key, const cache_req *req,
                  cache_obj *out, shoal_err *err);
 
+/* The length of the cached object (etag, offset, ?) when there is one:
+ * an indexed query, for keys whose length the asker does not know (a
+ * derived object by name).  SHOAL_ENOTFOUND otherwise.  Any handle. */
+int cache_lookup_length(cache *c, const char *etag, uint64_t offset, uint64_t *length,
+                        shoal_err *err);
+
+/* Where unlinks of blobs and of aborted tmp files go.  By default they are
+ * done at once; shoald hands them to a worker, because freeing a large
+ * file's extents takes long (0.2 s for 58 GB here).  fn gets a copy of the
+ * path and must unlink it soon; the index no longer names the file
+ * (invariant 7), so a crash before it leaves only what the repair at open
+ * removes.  NULL restores the default.  (When the disk is so full that a
+ * deletion needs the reserve, the blobs are unlinked at once anyway, so the
+ * reserve can be taken back.) */
+typedef void (*cache_unlink_fn)(const char *path, void *ctx);
+void cache_set_unlinker(cache *c, cache_unlink_fn fn, void *ctx);
+
 /* Pin or unpin one object (pinned objects are never evicted). */
 int cache_pin(cache *c, const cache_key *key, int on, shoal_err *err);
 
@@ -255,8 +334,34 @@ typedef struct cache_verify_report {
 
 /* Recompute the checksum of every object (model 0) or of a model's.  A bad
  * object is logged, reported and removed, so it is never served again.
- * Needs a writer handle. */
+ * Needs a writer handle: it is cache_verify_scan then cache_verify_remove. */
 int cache_verify(cache *c, int64_t model, cache_verify_report *rep, shoal_err *err);
+
+/* What a scan found wrong: object ids, and whether each was missing (no
+ * blob) rather than bad (wrong size or checksum). */
+typedef struct cache_verify_list {
+    uint64_t *ids;
+    uint8_t  *missing;
+    size_t    n, cap;
+} cache_verify_list;
+void cache_verify_list_free(cache_verify_list *l);
+
+/* The half of verify that reads: hash the blob of every object of the
+ * models matching `spec` (NULL or "": every object) and add the counts to
+ * rep and the failures to bad, removing nothing.  Any handle (a worker's
+ * side handle: rule 2); the object list is read first, in one short
+ * query, so no snapshot is held while blobs are read.  fn: bytes hashed of
+ * the total.  SHOAL_ENOTFOUND when spec matches no model. */
+int cache_verify_scan(cache *c, const char *spec, cache_verify_report *rep,
+                      cache_verify_list *bad, cache_progress_fn fn, void *ctx, shoal_err *err);
+
+/* The half that writes (the writer, its thread): remove bad->ids[from ..
+ * from + n) that are still cached (an object evicted since the scan is
+ * skipped, and not counted: *gone_bad / *gone_missing (may be NULL) are
+ * incremented for those, so the caller can correct the scan's counts).
+ * One transaction. */
+int cache_verify_remove(cache *c, const cache_verify_list *bad, size_t from, size_t n,
+                        uint64_t *gone_bad, uint64_t *gone_missing, shoal_err *err);
 
 /* ---- counters and sessions ---------------------------------------------------- */
 
@@ -447,15 +552,34 @@ typedef struct cache_deep_report {
     uint64_t bytes;                /* hashed */
 } cache_deep_report;
 
+/* A file that does not hash to its etag: where the next issue's quarantine
+ * and re-fetch plug in (the daemon logs it).  Borrowed strings. */
+typedef void (*cache_bad_file_fn)(void *ctx, const char *path, const char *etag);
+
+typedef struct cache_deep_opts {
+    cache_progress_fn progress;    /* bytes hashed of the complete files' */
+    cache_bad_file_fn on_bad;
+    void *ctx;                     /* for both */
+} cache_deep_opts;
+
 /* bad_files (may be NULL) gets the repo path of each bad file, one per
- * line. */
-int cache_verify_deep(cache *c, const char *spec, cache_deep_report *rep, shoal_buf *bad_files,
-                      shoal_err *err);
+ * line.  opts may be NULL.  Any handle (a worker's side handle too): the
+ * file list and each file's ranges are read in short queries before the
+ * blobs are hashed. */
+int cache_verify_deep(cache *c, const char *spec, const cache_deep_opts *opts,
+                      cache_deep_report *rep, shoal_buf *bad_files, shoal_err *err);
 
 /* Verify (cache_verify on each matching model, or all) and optionally the
  * deep check; the result as JSON ("shoal.verify" schema 1).  Needs a
  * writer.  Returns 0 even when objects were bad: the JSON says so. */
 int cache_report_verify(cache *c, const char *spec, int deep, shoal_buf *out, shoal_err *err);
+
+/* The "shoal.verify" document from results gathered elsewhere (shoald: a
+ * worker's scan and deep check, the loop's removals).  deep NULL: not
+ * asked.  bad_files: one path per line, or NULL. */
+int cache_verify_json(cache *c, const char *spec, const cache_verify_report *objs,
+                      const cache_deep_report *deep, const shoal_buf *bad_files, shoal_buf *out,
+                      shoal_err *err);
 
 /* Evict unpinned objects, least valuable first (the eviction policy), until
  * the cache holds at most max_bytes (0: the budget).  Pinned objects stay,
@@ -463,6 +587,20 @@ int cache_report_verify(cache *c, const char *spec, int deep, shoal_buf *out, sh
  * much was freed and what is left.  Needs a writer; the budget is
  * unchanged afterwards. */
 int cache_report_gc(cache *c, uint64_t max_bytes, shoal_buf *out, shoal_err *err);
+
+/* The same GC in steps, so the daemon's loop serves others between them:
+ * each step is one eviction round of at most step_bytes (plus the policy's
+ * slack) — a sort of the candidates and one transaction.  Start with a
+ * zeroed state; call until *done; then cache_gc_json.  st->freed and
+ * st->goal say how far it is. */
+typedef struct cache_gc_state {
+    int      started;
+    uint64_t target, before, evicted0, pinned;
+    uint64_t goal, freed;          /* bytes to free, freed so far */
+} cache_gc_state;
+int cache_gc_step(cache *c, cache_gc_state *st, uint64_t max_bytes, uint64_t step_bytes,
+                  int *done, shoal_err *err);
+int cache_gc_json(cache *c, const cache_gc_state *st, shoal_buf *out, shoal_err *err);
 
 /* Remove every object of the models matching `spec` (objects that another
  * model also names are kept, losing only this model's names), with the

@@ -117,7 +117,16 @@ struct cache {
     uint64_t  last_flush_ns;
 
     struct cache_writer *writers;   /* active writers */
+
+    /* cache_set_unlinker: where unlinks of files the index no longer names
+     * go (NULL: unlink at once). */
+    cache_unlink_fn unlink_fn;
+    void     *unlink_ctx;
 };
+
+/* Unlink a file the index no longer names: through the unlinker when one
+ * is set (later, on another thread), else now. */
+void cache_unlink_later(cache *c, const char *path);
 
 /* ---- db.c ---- */
 int  cache_db_open(cache *c, const char *path, int read_only, shoal_err *err);

@@ -136,7 +136,11 @@ void cache_db_rollback(cache *c)
 
 int cache_db_open(cache *c, const char *path, int read_only, shoal_err *err)
 {
-    int flags = read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    /* A side handle writes models and files: a read-write connection that
+     * never creates or migrates anything (the writer did). */
+    int flags = read_only == CACHE_OPEN_READER ? SQLITE_OPEN_READONLY
+                : read_only ? SQLITE_OPEN_READWRITE
+                            : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
     int rc = sqlite3_open_v2(path, &c->db, flags | SQLITE_OPEN_NOMUTEX, NULL);
 
     if (rc != SQLITE_OK)
@@ -167,7 +171,8 @@ int cache_db_open(cache *c, const char *path, int read_only, shoal_err *err)
     }
     for (int i = 0; i < ST_COUNT_; i++) {
         /* Read-only handles skip statements that write. */
-        if (read_only && i != ST_OBJ_GET && i != ST_PART_GET && i != ST_MODEL_ID)
+        if (read_only && i != ST_OBJ_GET && i != ST_PART_GET && i != ST_MODEL_ID &&
+            !(read_only == CACHE_OPEN_SIDE && i == ST_MODEL_PUT))
             continue;
         rc = sqlite3_prepare_v3(c->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &c->st[i], NULL);
         if (rc != SQLITE_OK)

@@ -2,9 +2,17 @@
  * hashed in order and compared with its upstream etag.
  *
  * Owns: coverage of a file by its cached ranges, the sha256 (LFS) and git
- * blob sha1 (small files) checks.  Does not own per-object checksums
- * (read.c's cache_verify) nor removing anything: a whole-file mismatch
- * cannot say which range is wrong, so it is reported, not repaired.
+ * blob sha1 (small files) checks.  A shard is covered when its header
+ * range [0, 8+N) (stored at OPEN as a small-file object, docs/fetcher.md),
+ * its tensors and experts, and any bytes of tensors outside the language
+ * model are cached.  Does not own per-object checksums (read.c's verify)
+ * nor removing anything: a whole-file mismatch cannot say which range is
+ * wrong, so it is reported (and handed to the on_bad hook), not repaired.
+ *
+ * Two passes, so a long check never holds an index snapshot: first every
+ * file of the matching models and its ranges are read (short queries, the
+ * statements finalized), then the complete files are hashed with progress
+ * over their total size.
  */
 #include "cache/cache_int.h"
 #include "cache/report_int.h"
@@ -32,10 +40,26 @@ typedef struct deep_ctx {
     cache *c;
     cache_deep_report *rep;
     shoal_buf *bad_files;
+    const cache_deep_opts *o;
     uint8_t *buf;
-    char (*seen)[CACHE_ETAG_MAX + 1];   /* etags already checked */
+    uint64_t total, done;               /* bytes of the complete files */
+    char (*seen)[CACHE_ETAG_MAX + 1];   /* etags already listed */
     size_t nseen, capseen;
 } deep_ctx;
+
+/* A file to check: what the first pass found. */
+typedef struct dfile {
+    char    *path;
+    char     etag[CACHE_ETAG_MAX + 1];
+    uint64_t size;
+    range   *v;                         /* its ranges in offset order */
+    size_t   n;
+} dfile;
+
+typedef struct dlist {
+    dfile *v;
+    size_t n, cap;
+} dlist;
 
 /* The etag as a hash: 64 hex = sha256, 40 hex = git blob sha1, else 0.
  * Quotes and a weak marker ("W/") are not part of it. */
@@ -127,7 +151,12 @@ static int hash_ranges(deep_ctx *x, const range *v, size_t n, uint64_t size, EVP
             }
             EVP_DigestUpdate(md, x->buf, want);
             x->rep->bytes += want;
+            x->done += want;
             pos += want;
+            if (x->o && x->o->progress && x->o->progress(x->o->ctx, x->done, x->total) != 0) {
+                close(fd);
+                return shoal_err_set(err, SHOAL_ECANCELED, "deep verify stopped");
+            }
         }
         close(fd);
     }
@@ -181,41 +210,60 @@ static int seen_add(deep_ctx *x, const char *etag)
     return 0;
 }
 
-static int deep_file(deep_ctx *x, const char *path, const char *etag, uint64_t size,
+/* Pass 1 for one file: count it, and keep it when complete. */
+static int list_file(deep_ctx *x, dlist *l, const char *path, const char *etag, uint64_t size,
                      shoal_err *err)
 {
-    char hex[80];
     range *v = NULL;
     size_t n = 0;
-    int complete, kind, rc;
+    int complete, rc;
 
     if ((rc = seen_add(x, etag)) != 0)
         return rc > 0 ? 0 : shoal_err_set(err, rc, "cache: out of memory (deep verify)");
     x->rep->files++;
     if ((rc = file_ranges(x->c, etag, size, &v, &n, &complete, err)) != 0)
         return rc;
-    if (complete) {
-        x->rep->complete++;
-        kind = etag_hash(etag, hex, sizeof hex);
-        if (!kind) {
-            x->rep->unhashable++;
-        } else if ((rc = check_file(x, v, n, size, hex, kind, err)) == 1) {
-            x->rep->ok++;
-            rc = 0;
-        } else if (rc == 0) {
-            x->rep->bad++;
-            LOG_WARN(CACHE_TAG, "deep verify: %s (etag %s) does not hash to its etag", path, etag);
-            if (x->bad_files)
-                shoal_buf_appendf(x->bad_files, "%s\n", path);
-        }
+    if (!complete) {
+        free(v);
+        return 0;
     }
-    free(v);
-    return rc;
+    x->rep->complete++;
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 32;
+        dfile *p = realloc(l->v, nc * sizeof *p);
+        if (!p) {
+            free(v);
+            return shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory (deep verify)");
+        }
+        l->v = p;
+        l->cap = nc;
+    }
+    memset(&l->v[l->n], 0, sizeof l->v[l->n]);
+    l->v[l->n].path = strdup(path);
+    snprintf(l->v[l->n].etag, sizeof l->v[l->n].etag, "%s", etag);
+    l->v[l->n].size = size;
+    l->v[l->n].v = v;
+    l->v[l->n].n = n;
+    if (!l->v[l->n].path) {
+        free(v);
+        return shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory (deep verify)");
+    }
+    l->n++;
+    {
+        char hex[80];
+        if (etag_hash(etag, hex, sizeof hex))
+            x->total += size;   /* what pass 2 will hash */
+    }
+    return 0;
 }
 
-static int deep_model(deep_ctx *x, const cache_model *m, shoal_err *err)
+/* Pass 1 for one model: its files (all rows first, then their ranges). */
+static int list_model(deep_ctx *x, dlist *l, const cache_model *m, shoal_err *err)
 {
     sqlite3_stmt *s = NULL;
+    typedef struct { char path[CACHE_STR_MAX]; char etag[CACHE_ETAG_MAX + 1]; uint64_t size; } row;
+    row *rows = NULL;
+    size_t n = 0, cap = 0;
     int rc = sqlite3_prepare_v2(x->c->db, "SELECT path, etag, size FROM files WHERE endpoint = ?1"
                                 " AND repo = ?2 AND commit_id = ?3 AND path != ?4 ORDER BY path",
                                 -1, &s, NULL);
@@ -226,33 +274,85 @@ static int deep_model(deep_ctx *x, const cache_model *m, shoal_err *err)
     sqlite3_bind_text(s, 2, m->repo, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 3, m->commit, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 4, CACHE_MANIFEST_FILE, -1, SQLITE_STATIC);
-    while (r == 0 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-        char path[CACHE_STR_MAX], etag[CACHE_ETAG_MAX + 1];
-        snprintf(path, sizeof path, "%s", (const char *)sqlite3_column_text(s, 0));
-        snprintf(etag, sizeof etag, "%s", (const char *)sqlite3_column_text(s, 1));
-        r = deep_file(x, path, etag, (uint64_t)sqlite3_column_int64(s, 2), err);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            row *p = realloc(rows, nc * sizeof *p);
+            if (!p) {
+                r = shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory (deep verify)");
+                break;
+            }
+            rows = p;
+            cap = nc;
+        }
+        snprintf(rows[n].path, sizeof rows[n].path, "%s", (const char *)sqlite3_column_text(s, 0));
+        snprintf(rows[n].etag, sizeof rows[n].etag, "%s", (const char *)sqlite3_column_text(s, 1));
+        rows[n].size = (uint64_t)sqlite3_column_int64(s, 2);
+        n++;
     }
     sqlite3_finalize(s);
-    if (r)
-        return r;
-    return rc == SQLITE_DONE ? 0 : cache_db_fail(x->c, rc, "deep verify", err);
+    if (r == 0 && rc != SQLITE_DONE)
+        r = cache_db_fail(x->c, rc, "deep verify", err);
+    for (size_t i = 0; r == 0 && i < n; i++)
+        r = list_file(x, l, rows[i].path, rows[i].etag, rows[i].size, err);
+    free(rows);
+    return r;
 }
 
-int cache_verify_deep(cache *c, const char *spec, cache_deep_report *rep, shoal_buf *bad_files,
-                      shoal_err *err)
+/* Pass 2 for one complete file. */
+static int check_one(deep_ctx *x, const dfile *f, shoal_err *err)
+{
+    char hex[80];
+    int kind = etag_hash(f->etag, hex, sizeof hex), rc;
+
+    if (!kind) {
+        x->rep->unhashable++;
+        return 0;
+    }
+    rc = check_file(x, f->v, f->n, f->size, hex, kind, err);
+    if (rc == 1) {
+        x->rep->ok++;
+        return 0;
+    }
+    if (rc == 0) {
+        x->rep->bad++;
+        LOG_WARN(CACHE_TAG, "deep verify: %s (etag %s) does not hash to its etag", f->path, f->etag);
+        if (x->bad_files)
+            shoal_buf_appendf(x->bad_files, "%s\n", f->path);
+        if (x->o && x->o->on_bad)
+            x->o->on_bad(x->o->ctx, f->path, f->etag);
+    }
+    return rc;
+}
+
+int cache_verify_deep(cache *c, const char *spec, const cache_deep_opts *opts,
+                      cache_deep_report *rep, shoal_buf *bad_files, shoal_err *err)
 {
     report_models ms;
-    deep_ctx x = { c, rep, bad_files, NULL, NULL, 0, 0 };
+    deep_ctx x;
+    dlist l = { 0 };
     int rc;
 
     memset(rep, 0, sizeof *rep);
+    memset(&x, 0, sizeof x);
+    x.c = c;
+    x.rep = rep;
+    x.bad_files = bad_files;
+    x.o = opts;
     if ((rc = report_models_find(c, spec, &ms, err)) != 0)
         return rc;
     x.buf = malloc(DEEP_CHUNK);
     if (!x.buf)
         rc = shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory (deep verify)");
     for (size_t i = 0; rc == 0 && i < ms.n; i++)
-        rc = deep_model(&x, &ms.v[i], err);
+        rc = list_model(&x, &l, &ms.v[i], err);
+    for (size_t i = 0; rc == 0 && i < l.n; i++)
+        rc = check_one(&x, &l.v[i], err);
+    for (size_t i = 0; i < l.n; i++) {
+        free(l.v[i].path);
+        free(l.v[i].v);
+    }
+    free(l.v);
     free(x.buf);
     free(x.seen);
     report_models_free(&ms);

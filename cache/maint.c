@@ -24,54 +24,29 @@ static int need_writer(const cache *c, const char *what, shoal_err *err)
 
 /* ---- verify ------------------------------------------------------------------ */
 
-int cache_report_verify(cache *c, const char *spec, int deep, shoal_buf *out, shoal_err *err)
+int cache_verify_json(cache *c, const char *spec, const cache_verify_report *tot,
+                      const cache_deep_report *dr, const shoal_buf *bad, shoal_buf *out,
+                      shoal_err *err)
 {
-    report_models ms;
-    cache_verify_report tot, one;
-    cache_deep_report dr;
-    shoal_buf bad;
     shoal_json *root, *d, *arr;
-    int rc, jrc = 0;
+    int jrc = 0;
 
-    if ((rc = need_writer(c, "verify", err)) != 0 ||
-        (rc = report_models_find(c, spec, &ms, err)) != 0)
-        return rc;
-    memset(&tot, 0, sizeof tot);
-    if (!spec || !*spec) {
-        rc = cache_verify(c, 0, &tot, err);
-    } else {
-        for (size_t i = 0; rc == 0 && i < ms.n; i++) {
-            rc = cache_verify(c, ms.v[i].id, &one, err);
-            tot.checked += one.checked;
-            tot.bytes += one.bytes;
-            tot.bad += one.bad;
-            tot.missing += one.missing;
-        }
-    }
-    report_models_free(&ms);
-    shoal_buf_init(&bad, 0);
-    if (rc == 0 && deep)
-        rc = cache_verify_deep(c, spec, &dr, &bad, err);
-    if (rc) {
-        shoal_buf_free(&bad);
-        return rc;
-    }
     root = report_header(&jrc, "shoal.verify", c, NULL);
     rj_set(&jrc, root, "model", spec && *spec ? rj_str(spec) : shoal_json_new_null());
-    rj_set(&jrc, root, "checked", rj_u64(tot.checked));
-    rj_set(&jrc, root, "bytes", rj_u64(tot.bytes));
-    rj_set(&jrc, root, "bad", rj_u64(tot.bad));
-    rj_set(&jrc, root, "missing", rj_u64(tot.missing));
-    if (deep) {
+    rj_set(&jrc, root, "checked", rj_u64(tot->checked));
+    rj_set(&jrc, root, "bytes", rj_u64(tot->bytes));
+    rj_set(&jrc, root, "bad", rj_u64(tot->bad));
+    rj_set(&jrc, root, "missing", rj_u64(tot->missing));
+    if (dr) {
         d = shoal_json_object();
         arr = shoal_json_array();
-        rj_set(&jrc, d, "files", rj_u64(dr.files));
-        rj_set(&jrc, d, "complete", rj_u64(dr.complete));
-        rj_set(&jrc, d, "ok", rj_u64(dr.ok));
-        rj_set(&jrc, d, "bad", rj_u64(dr.bad));
-        rj_set(&jrc, d, "unhashable", rj_u64(dr.unhashable));
-        rj_set(&jrc, d, "bytes", rj_u64(dr.bytes));
-        for (char *p = (char *)bad.data, *nl; p && *p; p = nl + 1) {
+        rj_set(&jrc, d, "files", rj_u64(dr->files));
+        rj_set(&jrc, d, "complete", rj_u64(dr->complete));
+        rj_set(&jrc, d, "ok", rj_u64(dr->ok));
+        rj_set(&jrc, d, "bad", rj_u64(dr->bad));
+        rj_set(&jrc, d, "unhashable", rj_u64(dr->unhashable));
+        rj_set(&jrc, d, "bytes", rj_u64(dr->bytes));
+        for (const char *p = bad ? (const char *)bad->data : NULL, *nl; p && *p; p = nl + 1) {
             if (!(nl = strchr(p, '\n')))
                 break;
             rj_push(&jrc, arr, shoal_json_new_strn(p, (size_t)(nl - p)));
@@ -81,43 +56,103 @@ int cache_report_verify(cache *c, const char *spec, int deep, shoal_buf *out, sh
     } else {
         rj_set(&jrc, root, "deep", shoal_json_new_null());
     }
-    shoal_buf_free(&bad);
     return report_dump(root, jrc, out, err);
+}
+
+int cache_report_verify(cache *c, const char *spec, int deep, shoal_buf *out, shoal_err *err)
+{
+    cache_verify_report tot;
+    cache_verify_list badl = { 0 };
+    cache_deep_report dr;
+    uint64_t gb = 0, gm = 0;
+    shoal_buf bad;
+    int rc;
+
+    memset(&tot, 0, sizeof tot);
+    if ((rc = need_writer(c, "verify", err)) != 0)
+        return rc;
+    rc = cache_verify_scan(c, spec, &tot, &badl, NULL, NULL, err);
+    if (rc == 0)
+        rc = cache_verify_remove(c, &badl, 0, badl.n, &gb, &gm, err);
+    tot.bad -= gb;
+    tot.missing -= gm;
+    cache_verify_list_free(&badl);
+    shoal_buf_init(&bad, 0);
+    if (rc == 0 && deep)
+        rc = cache_verify_deep(c, spec, NULL, &dr, &bad, err);
+    if (rc == 0)
+        rc = cache_verify_json(c, spec, &tot, deep ? &dr : NULL, &bad, out, err);
+    shoal_buf_free(&bad);
+    return rc;
 }
 
 /* ---- gc ------------------------------------------------------------------------- */
 
-int cache_report_gc(cache *c, uint64_t max_bytes, shoal_buf *out, shoal_err *err)
+int cache_gc_step(cache *c, cache_gc_state *st, uint64_t max_bytes, uint64_t step_bytes,
+                  int *done, shoal_err *err)
 {
-    uint64_t before, evicted0, pinned = 0, target, saved;
-    shoal_json *root;
-    int rc, jrc = 0;
+    uint64_t floor, have, saved;
+    int rc;
 
+    *done = 0;
     if ((rc = need_writer(c, "collect garbage", err)) != 0)
         return rc;
-    before = c->used;
-    evicted0 = c->evicted;
-    target = max_bytes ? max_bytes : c->budget;
+    if (!st->started) {
+        st->started = 1;
+        st->before = c->used;
+        st->evicted0 = c->evicted;
+        st->target = max_bytes ? max_bytes : c->budget;
+    }
+    st->pinned = 0;
     for (size_t i = 0; i < c->nobjs; i++)
         if (cache_obj_pinned(c, &c->objs[i]))
-            pinned += c->objs[i].len;
+            st->pinned += c->objs[i].len;
     /* Pinned bytes stay: the best reachable is everything unpinned gone. */
+    floor = st->target > st->pinned + c->reserved ? st->target : st->pinned + c->reserved;
+    have = c->used + c->reserved;
+    st->goal = st->before > floor - c->reserved ? st->before - (floor - c->reserved) : 0;
+    st->freed = st->before > c->used ? st->before - c->used : 0;
+    if (have <= floor) {
+        *done = 1;
+        return 0;
+    }
     saved = c->budget;
-    c->budget = target > pinned + c->reserved ? target : pinned + c->reserved;
+    c->budget = step_bytes && have - floor > step_bytes ? have - step_bytes : floor;
     rc = cache_evict_for(c, 0, err);
     c->budget = saved;
-    if (rc)
-        return rc;
-    LOG_INFO(CACHE_TAG, "gc to %" PRIu64 " bytes: %" PRIu64 " -> %" PRIu64, target, before, c->used);
+    st->freed = st->before > c->used ? st->before - c->used : 0;
+    if (rc == 0 && c->used + c->reserved <= floor)
+        *done = 1;
+    return rc;
+}
+
+int cache_gc_json(cache *c, const cache_gc_state *st, shoal_buf *out, shoal_err *err)
+{
+    shoal_json *root;
+    int jrc = 0;
+
+    LOG_INFO(CACHE_TAG, "gc to %" PRIu64 " bytes: %" PRIu64 " -> %" PRIu64, st->target,
+             st->before, c->used);
     root = report_header(&jrc, "shoal.gc", c, NULL);
-    rj_set(&jrc, root, "max_bytes", rj_u64(target));
-    rj_set(&jrc, root, "before", rj_u64(before));
+    rj_set(&jrc, root, "max_bytes", rj_u64(st->target));
+    rj_set(&jrc, root, "before", rj_u64(st->before));
     rj_set(&jrc, root, "after", rj_u64(c->used));
-    rj_set(&jrc, root, "freed", rj_u64(before - c->used));
-    rj_set(&jrc, root, "objects_evicted", rj_u64(c->evicted - evicted0));
-    rj_set(&jrc, root, "pinned", rj_u64(pinned));
-    rj_set(&jrc, root, "reached", shoal_json_new_bool(c->used <= target));
+    rj_set(&jrc, root, "freed", rj_u64(st->before > c->used ? st->before - c->used : 0));
+    rj_set(&jrc, root, "objects_evicted", rj_u64(c->evicted - st->evicted0));
+    rj_set(&jrc, root, "pinned", rj_u64(st->pinned));
+    rj_set(&jrc, root, "reached", shoal_json_new_bool(c->used <= st->target));
     return report_dump(root, jrc, out, err);
+}
+
+int cache_report_gc(cache *c, uint64_t max_bytes, shoal_buf *out, shoal_err *err)
+{
+    cache_gc_state st;
+    int done = 0, rc = 0;
+
+    memset(&st, 0, sizeof st);
+    while (rc == 0 && !done)
+        rc = cache_gc_step(c, &st, max_bytes, 0, &done, err);
+    return rc ? rc : cache_gc_json(c, &st, out, err);
 }
 
 /* ---- rm ------------------------------------------------------------------------- */

@@ -4,7 +4,9 @@
  * model ids counters and names refer to), the `files` table (etag, size,
  * CDN location and its expiry per file and commit, for the fetcher), and
  * the `names` rows that make objects findable.  Does not own resolving
- * anything (fetcher/).
+ * anything (fetcher/).  Models and files are plain rows nobody holds in
+ * memory, so a side handle (a worker thread's, cache.h "Threads") may
+ * record them too.
  */
 #include "cache/cache_int.h"
 
@@ -87,7 +89,7 @@ int cache_model_put(cache *c, const char *endpoint, const char *repo, const char
                     const char *commit, int64_t *id, shoal_err *err)
 {
     int64_t local;
-    if (c->cfg.read_only)
+    if (c->cfg.read_only == CACHE_OPEN_READER)
         return shoal_err_set(err, SHOAL_EINVAL, "cache %s is open read-only", c->dir);
     if (!repo || !*repo || !revision || !commit)
         return shoal_err_set(err, SHOAL_EINVAL, "cache_model_put: repo, revision and commit are needed");
@@ -129,7 +131,7 @@ int cache_file_put(cache *c, const cache_file *f, shoal_err *err)
     sqlite3_stmt *s = NULL;
     int rc;
 
-    if (c->cfg.read_only)
+    if (c->cfg.read_only == CACHE_OPEN_READER)
         return shoal_err_set(err, SHOAL_EINVAL, "cache %s is open read-only", c->dir);
     if (!f->repo[0] || !f->commit[0] || !f->path[0])
         return shoal_err_set(err, SHOAL_EINVAL, "cache_file_put: repo, commit and path are needed");

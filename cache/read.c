@@ -6,6 +6,7 @@
  * themselves (stats.c) or choosing what to evict (evict.c).
  */
 #include "cache/cache_int.h"
+#include "cache/report_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -134,19 +135,59 @@ int cache_objs_delete(cache *c, const uint64_t *ids, size_t n, shoal_err *err)
         return rc;
     }
     /* Invariant 7: rows first, then blobs.  A crash in between leaves
-     * orphan blobs, which the repair at open removes. */
+     * orphan blobs, which the repair at open removes.  With the reserve
+     * given away the blobs go now, so it can be taken back. */
     for (size_t i = 0; i < n; i++) {
         char path[SHOAL_PATH_MAX];
         uint32_t idx = cache_obj_by_id(c, ids[i]);
         if (idx != CMAP_NONE)
             cache_obj_drop(c, idx);
-        if (cache_blob_path(c, ids[i], path, sizeof path) == 0 &&
-            cache_io_now.unlink(path) != 0 && errno != ENOENT)
+        if (cache_blob_path(c, ids[i], path, sizeof path) != 0)
+            continue;
+        if (!gave)
+            cache_unlink_later(c, path);
+        else if (cache_io_now.unlink(path) != 0 && errno != ENOENT)
             LOG_WARN(CACHE_TAG, "unlink %s: %s", path, strerror(errno));
     }
     if (gave)
         cache_reserve_take(c);
     return 0;
+}
+
+void cache_set_unlinker(cache *c, cache_unlink_fn fn, void *ctx)
+{
+    c->unlink_fn = fn;
+    c->unlink_ctx = ctx;
+}
+
+void cache_unlink_later(cache *c, const char *path)
+{
+    if (c->unlink_fn) {
+        c->unlink_fn(path, c->unlink_ctx);
+        return;
+    }
+    if (cache_io_now.unlink(path) != 0 && errno != ENOENT)
+        LOG_WARN(CACHE_TAG, "unlink %s: %s", path, strerror(errno));
+}
+
+int cache_lookup_length(cache *c, const char *etag, uint64_t offset, uint64_t *length,
+                        shoal_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(c->db, "SELECT len FROM objects WHERE etag = ?1 AND off = ?2"
+                                " ORDER BY len LIMIT 1", -1, &s, NULL);
+    *length = 0;
+    if (rc != SQLITE_OK)
+        return cache_db_fail(c, rc, "lookup length", err);
+    sqlite3_bind_text(s, 1, etag, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, (int64_t)offset);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW)
+        *length = (uint64_t)sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    if (rc == SQLITE_DONE)
+        return shoal_err_set(err, SHOAL_ENOTFOUND, "not cached: %s [%" PRIu64 "+?]", etag, offset);
+    return rc == SQLITE_ROW ? 0 : cache_db_fail(c, rc, "lookup length", err);
 }
 
 static int need_writer(const cache *c, const char *what, shoal_err *err)
@@ -249,22 +290,37 @@ int cache_list(cache *c, int64_t model, cache_entry_fn fn, void *ctx, shoal_err 
     return rc == SQLITE_DONE ? 0 : cache_db_fail(c, rc, "list", err);
 }
 
-/* Hash the blob of objs[idx]: 0 good, 1 bad (wrong size or checksum),
- * 2 missing. */
-static int verify_one(cache *c, const cobj *o, uint8_t *buf, size_t cap, uint64_t *bytes)
+/* ---- verify ----------------------------------------------------------------------
+ * The scan reads the object list (id, len, xxh) in one query and then the
+ * blobs, holding no statement while it hashes, so it works on any handle
+ * and a worker's long scan never pins an old snapshot of the index.  The
+ * removal is the writer's, one transaction per call. */
+
+typedef struct vobj {
+    uint64_t id, len;
+    uint8_t  xxh[16];
+} vobj;
+
+#define VERIFY_CHUNK (1u << 20)
+
+/* Hash one blob: 0 good, 1 bad (wrong size or checksum), 2 missing. */
+static int verify_one(cache *c, const vobj *o, uint8_t *buf, uint64_t *bytes)
 {
     XXH3_state_t *xs = XXH3_createState();
     XXH128_canonical_t can;
     uint64_t at = 0;
     int fd = open_blob(c, o->id), bad = 0;
 
-    if (fd < 0) {
+    if (fd < 0 || !xs) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
         XXH3_freeState(xs);
-        return errno == ENOENT ? 2 : 1;
+        return fd < 0 && e == ENOENT ? 2 : 1;
     }
     XXH3_128bits_reset(xs);
     for (;;) {
-        ssize_t k = pread(fd, buf, cap, (off_t)at);
+        ssize_t k = pread(fd, buf, VERIFY_CHUNK, (off_t)at);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0) {
@@ -283,76 +339,191 @@ static int verify_one(cache *c, const cobj *o, uint8_t *buf, size_t cap, uint64_
     return 0;
 }
 
-static int model_objects(cache *c, int64_t model, uint64_t **ids, size_t *n, shoal_err *err)
+/* The objects of `model` (0: all), from the index, in one query. */
+static int verify_list(cache *c, int64_t model, vobj **out, size_t *n, uint64_t *total,
+                       shoal_err *err)
 {
     sqlite3_stmt *s = NULL;
+    vobj *v = NULL;
     size_t cap = 0;
-    int rc = sqlite3_prepare_v2(c->db, "SELECT DISTINCT object_id FROM names WHERE model_id=?1",
-                                -1, &s, NULL);
-    *ids = NULL;
+    int rc = sqlite3_prepare_v2(c->db, model
+        ? "SELECT id, len, xxh FROM objects WHERE id IN"
+          " (SELECT object_id FROM names WHERE model_id = ?1) ORDER BY id"
+        : "SELECT id, len, xxh FROM objects ORDER BY id", -1, &s, NULL);
+    *out = NULL;
     *n = 0;
     if (rc != SQLITE_OK)
         return cache_db_fail(c, rc, "verify", err);
-    sqlite3_bind_int64(s, 1, model);
+    if (model)
+        sqlite3_bind_int64(s, 1, model);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (*n == cap) {
-            cap = cap ? cap * 2 : 64;
-            uint64_t *p = realloc(*ids, cap * sizeof *p);
+            size_t nc = cap ? cap * 2 : 256;
+            vobj *p = realloc(v, nc * sizeof *p);
             if (!p) {
+                free(v);
                 sqlite3_finalize(s);
-                return shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory");
+                return shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory (verify)");
             }
-            *ids = p;
+            v = p;
+            cap = nc;
         }
-        (*ids)[(*n)++] = (uint64_t)sqlite3_column_int64(s, 0);
+        v[*n].id = (uint64_t)sqlite3_column_int64(s, 0);
+        v[*n].len = (uint64_t)sqlite3_column_int64(s, 1);
+        memset(v[*n].xxh, 0, 16);
+        if (sqlite3_column_bytes(s, 2) == 16)
+            memcpy(v[*n].xxh, sqlite3_column_blob(s, 2), 16);
+        *total += v[*n].len;
+        (*n)++;
     }
     sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? 0 : cache_db_fail(c, rc, "verify", err);
+    if (rc != SQLITE_DONE) {
+        free(v);
+        return cache_db_fail(c, rc, "verify", err);
+    }
+    *out = v;
+    return 0;
+}
+
+static int list_push(cache_verify_list *l, uint64_t id, int missing)
+{
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 16;
+        uint64_t *p = realloc(l->ids, nc * sizeof *p);
+        uint8_t *q;
+        if (!p)
+            return SHOAL_ENOMEM;
+        l->ids = p;
+        q = realloc(l->missing, nc);
+        if (!q)
+            return SHOAL_ENOMEM;
+        l->missing = q;
+        l->cap = nc;
+    }
+    l->ids[l->n] = id;
+    l->missing[l->n++] = (uint8_t)missing;
+    return 0;
+}
+
+void cache_verify_list_free(cache_verify_list *l)
+{
+    if (!l)
+        return;
+    free(l->ids);
+    free(l->missing);
+    memset(l, 0, sizeof *l);
+}
+
+/* Scan the objects of one model (0: all) into rep and bad; *base: bytes
+ * hashed by earlier calls (progress runs over the whole scan). */
+static int scan_model(cache *c, int64_t model, cache_verify_report *rep, cache_verify_list *bad,
+                      cache_progress_fn fn, void *ctx, uint64_t total, uint64_t *base,
+                      shoal_err *err)
+{
+    vobj *v = NULL;
+    size_t n = 0;
+    uint64_t ignored = 0;
+    uint8_t *buf = malloc(VERIFY_CHUNK);
+    int rc = buf ? verify_list(c, model, &v, &n, &ignored, err)
+                 : shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory (verify)");
+
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        int r = verify_one(c, &v[i], buf, &rep->bytes);
+        rep->checked++;
+        *base += v[i].len;
+        if (r) {
+            LOG_ERROR(CACHE_TAG, "verify: object %" PRIu64 " (%" PRIu64 " bytes) %s", v[i].id,
+                      v[i].len, r == 2 ? "has no blob" : "is corrupt");
+            if (r == 2)
+                rep->missing++;
+            else
+                rep->bad++;
+            if (list_push(bad, v[i].id, r == 2) != 0)
+                rc = shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory (verify)");
+        }
+        if (rc == 0 && fn && fn(ctx, *base, total) != 0)
+            rc = shoal_err_set(err, SHOAL_ECANCELED, "verify stopped");
+    }
+    free(v);
+    free(buf);
+    return rc;
+}
+
+int cache_verify_scan(cache *c, const char *spec, cache_verify_report *rep,
+                      cache_verify_list *bad, cache_progress_fn fn, void *ctx, shoal_err *err)
+{
+    report_models ms;
+    uint64_t total = 0, base = 0;
+    int rc;
+
+    if (!spec || !*spec) {
+        /* The total first (one aggregate query) so progress has a scale. */
+        sqlite3_stmt *s = NULL;
+        if (sqlite3_prepare_v2(c->db, "SELECT coalesce(sum(len), 0) FROM objects", -1, &s,
+                               NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
+            total = (uint64_t)sqlite3_column_int64(s, 0);
+        sqlite3_finalize(s);
+        return scan_model(c, 0, rep, bad, fn, ctx, total, &base, err);
+    }
+    if ((rc = report_models_find(c, spec, &ms, err)) != 0)
+        return rc;
+    for (size_t i = 0; rc == 0 && i < ms.n; i++) {
+        vobj *v = NULL;
+        size_t n = 0;
+        rc = verify_list(c, ms.v[i].id, &v, &n, &total, err);
+        free(v);
+    }
+    for (size_t i = 0; rc == 0 && i < ms.n; i++)
+        rc = scan_model(c, ms.v[i].id, rep, bad, fn, ctx, total, &base, err);
+    report_models_free(&ms);
+    return rc;
+}
+
+int cache_verify_remove(cache *c, const cache_verify_list *bad, size_t from, size_t n,
+                        uint64_t *gone_bad, uint64_t *gone_missing, shoal_err *err)
+{
+    uint64_t *ids;
+    size_t k = 0;
+    int rc;
+
+    if ((rc = need_writer(c, "verify", err)) != 0)
+        return rc;
+    if (from > bad->n || n > bad->n - from)
+        n = from > bad->n ? 0 : bad->n - from;
+    if (n == 0)
+        return 0;
+    if (!(ids = malloc(n * sizeof *ids)))
+        return shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory (verify)");
+    for (size_t i = from; i < from + n; i++) {
+        if (cache_obj_by_id(c, bad->ids[i]) != CMAP_NONE) {
+            LOG_ERROR(CACHE_TAG, "verify: removing object %" PRIu64 " (%s)", bad->ids[i],
+                      bad->missing[i] ? "no blob" : "corrupt");
+            ids[k++] = bad->ids[i];
+        } else if (bad->missing[i] && gone_missing) {
+            (*gone_missing)++;   /* evicted after the scan listed it */
+        } else if (!bad->missing[i] && gone_bad) {
+            (*gone_bad)++;
+        }
+    }
+    rc = cache_objs_delete(c, ids, k, err);
+    free(ids);
+    return rc;
 }
 
 int cache_verify(cache *c, int64_t model, cache_verify_report *rep, shoal_err *err)
 {
-    uint64_t *todo = NULL, *bad = NULL;
-    size_t ntodo = 0, nbad = 0;
-    uint8_t *buf = NULL;
+    cache_verify_list bad = { 0 };
+    uint64_t total = 0, base = 0, gb = 0, gm = 0;
     int rc;
 
     memset(rep, 0, sizeof *rep);
     if ((rc = need_writer(c, "verify", err)) != 0)
         return rc;
-    if (model) {
-        rc = model_objects(c, model, &todo, &ntodo, err);
-    } else {
-        ntodo = c->nobjs;
-        todo = malloc((ntodo + 1) * sizeof *todo);
-        if (!todo)
-            rc = shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory");
-        for (size_t i = 0; todo && i < ntodo; i++)
-            todo[i] = c->objs[i].id;
-    }
-    if (rc == 0 && (!(buf = malloc(1 << 20)) || !(bad = malloc((ntodo + 1) * sizeof *bad))))
-        rc = shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory");
-    for (size_t i = 0; rc == 0 && i < ntodo; i++) {
-        uint32_t idx = cache_obj_by_id(c, todo[i]);
-        if (idx == CMAP_NONE)
-            continue;
-        const cobj *o = &c->objs[idx];
-        int v = verify_one(c, o, buf, 1 << 20, &rep->bytes);
-        rep->checked++;
-        if (v == 0)
-            continue;
-        LOG_ERROR(CACHE_TAG, "verify: object %" PRIu64 " (%s [%" PRIu64 "+%" PRIu64 "]) %s; removing it",
-                  o->id, o->etag, o->off, o->len, v == 2 ? "has no blob" : "is corrupt");
-        if (v == 2)
-            rep->missing++;
-        else
-            rep->bad++;
-        bad[nbad++] = o->id;
-    }
+    rc = scan_model(c, model, rep, &bad, NULL, NULL, total, &base, err);
     if (rc == 0)
-        rc = cache_objs_delete(c, bad, nbad, err);
-    free(todo);
-    free(bad);
-    free(buf);
+        rc = cache_verify_remove(c, &bad, 0, bad.n, &gb, &gm, err);
+    rep->bad -= gb;
+    rep->missing -= gm;
+    cache_verify_list_free(&bad);
     return rc;
 }

@@ -40,6 +40,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -60,6 +61,8 @@ struct cache_writer {
     int      fd;
     int      state;
     int      has_partial_row;
+    int      allocated;         /* fallocate done (or not needed) */
+    int      synced;            /* adopt fsynced the whole file: commit skips it */
     uint64_t pos;               /* the contiguous prefix written (and hashed) */
     uint64_t since_checkpoint;
     struct extent { uint64_t lo, hi; } *ext;   /* written ahead of pos, sorted */
@@ -96,8 +99,8 @@ static void writer_free(cache_writer *w, int keep_file)
 
     if (w->fd >= 0)
         close(w->fd);
-    if (!keep_file && w->tmp_path[0] && cache_io_now.unlink(w->tmp_path) != 0 && errno != ENOENT)
-        LOG_WARN(CACHE_TAG, "unlink %s: %s", w->tmp_path, strerror(errno));
+    if (!keep_file && w->tmp_path[0])
+        cache_unlink_later(c, w->tmp_path);
     if (!keep_file && w->has_partial_row) {
         sqlite3_stmt *s = c->st[ST_PART_DELETE];
         sqlite3_bind_int64(s, 1, (int64_t)w->id);
@@ -193,7 +196,22 @@ static int writer_resume(cache_writer *w, uint64_t id, uint64_t durable, shoal_e
     return 0;
 }
 
-static int writer_fresh(cache_writer *w, shoal_err *err)
+/* Reserve the blocks now: a full disk fails here, before any download,
+ * and the file is laid out in one piece.  KEEP_SIZE so the file's size
+ * still says how much was written.  Filesystems without fallocate are
+ * fine. */
+static int writer_alloc(cache_writer *w, shoal_err *err)
+{
+    if (w->allocated)
+        return 0;
+    if (cache_io_now.fallocate(w->fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)w->len) != 0 &&
+        errno != EOPNOTSUPP && errno != ENOSYS)
+        return errno_fail(w, "fallocate", err);
+    w->allocated = 1;
+    return 0;
+}
+
+static int writer_fresh(cache_writer *w, unsigned flags, shoal_err *err)
 {
     cache *c = w->c;
 
@@ -206,14 +224,7 @@ static int writer_fresh(cache_writer *w, shoal_err *err)
         w->tmp_path[0] = '\0';    /* not ours: do not unlink */
         return rc;
     }
-    /* Reserve the blocks now: a full disk fails here, before any download,
-     * and the file is laid out in one piece.  KEEP_SIZE so the file's size
-     * still says how much was written.  Filesystems without fallocate are
-     * fine. */
-    if (cache_io_now.fallocate(w->fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)w->len) != 0 &&
-        errno != EOPNOTSUPP && errno != ENOSYS)
-        return errno_fail(w, "fallocate", err);
-    return 0;
+    return flags & CACHE_BEGIN_NO_ALLOC ? 0 : writer_alloc(w, err);
 }
 
 static int writer_find_partial(cache *c, const cache_key *key, uint64_t *id, uint64_t *durable)
@@ -235,6 +246,13 @@ static int writer_find_partial(cache *c, const cache_key *key, uint64_t *id, uin
 
 int cache_write_begin(cache *c, const cache_key *key, cache_kind kind,
                       const cache_names *names, cache_writer **out, shoal_err *err)
+{
+    return cache_write_begin_flags(c, key, kind, names, 0, out, err);
+}
+
+int cache_write_begin_flags(cache *c, const cache_key *key, cache_kind kind,
+                            const cache_names *names, unsigned flags, cache_writer **out,
+                            shoal_err *err)
 {
     cache_writer *w;
     uint64_t pid, durable;
@@ -304,10 +322,10 @@ int cache_write_begin(cache *c, const cache_key *key, cache_kind kind,
             w->has_partial_row = 0;
             XXH3_128bits_reset(w->xs);
             w->pos = 0;
-            rc = writer_fresh(w, err);
+            rc = writer_fresh(w, flags, err);
         }
     } else {
-        rc = writer_fresh(w, err);
+        rc = writer_fresh(w, flags, err);
     }
     if (rc) {
         writer_free(w, 0);
@@ -539,8 +557,9 @@ int cache_write_commit(cache_writer *w, uint64_t *id_out, shoal_err *err)
         c->objs = n;
         c->capobjs = ncap;
     }
-    /* Step 1: the bytes are on disk before the name says they are (inv. 6). */
-    if (!c->cfg.no_fsync && cache_io_now.fsync(w->fd) != 0) {
+    /* Step 1: the bytes are on disk before the name says they are (inv. 6).
+     * A writer that cache_writer_adopt synced needs no second fsync. */
+    if (!c->cfg.no_fsync && !w->synced && cache_io_now.fsync(w->fd) != 0) {
         rc = errno_fail(w, "fsync", err);
         goto fail;
     }
@@ -602,6 +621,83 @@ fail:
      * the tmp file it names is removed. */
     writer_free(w, 0);
     return rc;
+}
+
+/* ---- filling from another thread or process (cache.h, rule 4) ---------------
+ * Nothing here reaches the index, the budget or the writer list: only w's
+ * file, its hash and its own fields. */
+
+int cache_writer_allocate(cache_writer *w, shoal_err *err)
+{
+    if (w->state != W_WRITING)
+        return shoal_err_set(err, SHOAL_EIO, "cache write %s: writer failed earlier", w->etag);
+    return writer_alloc(w, err);
+}
+
+int cache_writer_open_fd(cache_writer *w, int flags, int *fd, shoal_err *err)
+{
+    *fd = -1;
+    if (w->state != W_WRITING || !w->tmp_path[0])
+        return shoal_err_set(err, SHOAL_EIO, "cache write %s: writer failed earlier", w->etag);
+    *fd = open(w->tmp_path, (flags & ~O_CREAT) | O_CLOEXEC);
+    if (*fd < 0)
+        return shoal_err_set(err, shoal_err_from_errno(errno), "cache write %s: open %s: %s",
+                             w->etag, w->tmp_path, strerror(errno));
+    return 0;
+}
+
+#define ADOPT_CHUNK (4u << 20)
+
+int cache_writer_adopt(cache_writer *w, cache_progress_fn fn, void *ctx, shoal_err *err)
+{
+    struct stat st;
+    uint8_t *buf = NULL;
+    int rc = 0;
+
+    if (w->state != W_WRITING)
+        return shoal_err_set(err, SHOAL_EIO, "cache write %s: writer failed earlier", w->etag);
+    if (w->n_ext > 0) {
+        w->state = W_FAILED;
+        return shoal_err_set(err, SHOAL_ERANGE, "cache write %s: positional writes pending; "
+                             "cannot adopt", w->etag);
+    }
+    if (fstat(w->fd, &st) != 0)
+        return errno_fail(w, "fstat", err);
+    if ((uint64_t)st.st_size != w->len) {
+        w->state = W_FAILED;
+        return shoal_err_set(err, SHOAL_ERANGE, "the file holds %lld bytes, not the %" PRIu64
+                             " announced", (long long)st.st_size, w->len);
+    }
+    if (!(buf = malloc(ADOPT_CHUNK))) {
+        w->state = W_FAILED;
+        return shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory");
+    }
+    while (rc == 0 && w->pos < w->len) {
+        size_t n = w->len - w->pos < ADOPT_CHUNK ? (size_t)(w->len - w->pos) : ADOPT_CHUNK;
+        if (shoal_pread_all(w->fd, buf, n, (off_t)w->pos) != 0) {
+            rc = errno_fail(w, "read", err);
+            break;
+        }
+        XXH3_128bits_update(w->xs, buf, n);
+        w->pos += n;
+        if (fn && fn(ctx, w->pos, w->len) != 0) {
+            w->state = W_FAILED;
+            rc = shoal_err_set(err, SHOAL_ECANCELED, "cache write %s: stopped", w->etag);
+        }
+    }
+    free(buf);
+    if (rc == 0 && !w->c->cfg.no_fsync && cache_io_now.fsync(w->fd) != 0)
+        rc = errno_fail(w, "fsync", err);
+    if (rc == 0)
+        w->synced = 1;
+    return rc;
+}
+
+void cache_writer_xxh(const cache_writer *w, uint8_t out[16])
+{
+    XXH128_canonical_t can;
+    XXH128_canonicalFromHash(&can, XXH3_128bits_digest(w->xs));
+    memcpy(out, can.digest, 16);
 }
 
 void cache_write_abort(cache_writer *w)

@@ -3,6 +3,9 @@
  * Replies come in any order.  GET items go to a FIFO that
  * shoal_client_next() drains; a control call sends its request and reads
  * until the reply with its id arrives, queueing any GET items on the way.
+ * PROGRESS frames are consumed on the way too (handed to the progress
+ * callback): each message received starts the call's timeout afresh, so a
+ * long call whose work advances never times out.
  */
 #include "common/client.h"
 #include "common/path.h"
@@ -32,6 +35,8 @@ struct shoal_client {
     shoal_buf   body;
     shoal_msg_builder msg;
     char        where[SHOAL_PATH_MAX];
+    shoal_progress_fn on_progress;
+    void       *progress_ctx;
 };
 
 /* ---- item queue ------------------------------------------------------------ */
@@ -102,9 +107,30 @@ static int decode_item(const shoal_msg_header *h, shoal_msg_reader *r, int fd, s
     return 0;
 }
 
+/* A PROGRESS frame: to the callback.  0, or EPROTO for a malformed one. */
+static int progress_frame(shoal_client *c, const shoal_msg_header *h, int fd)
+{
+    shoal_msg_reader r;
+    shoal_progress p;
+    if (fd >= 0 || (h->flags & SHOAL_MSG_F_LAST))
+        return SHOAL_EPROTO;
+    memset(&p, 0, sizeof p);
+    p.request = h->id;
+    shoal_rd_init(&r, c->body.data, c->body.len);
+    p.done = shoal_rd_u64(&r);
+    p.total = shoal_rd_u64(&r);
+    shoal_rd_str_copy(&r, p.phase, sizeof p.phase);
+    if (shoal_rd_finish(&r))
+        return SHOAL_EPROTO;
+    if (c->on_progress)
+        c->on_progress(&p, c->progress_ctx);
+    return 0;
+}
+
 /* Receive one message.  GET items (and ERROR replies to GETs, which end
- * that GET) are queued and *queued set; anything else is left in c->body
- * with its header in *h and descriptor in *fd. */
+ * that GET) are queued and *queued set, PROGRESS frames consumed (*queued
+ * set too); anything else is left in c->body with its header in *h and
+ * descriptor in *fd. */
 static int client_recv(shoal_client *c, int timeout_ms, shoal_msg_header *h, int *fd,
                        int *queued, shoal_err *err)
 {
@@ -121,6 +147,16 @@ static int client_recv(shoal_client *c, int timeout_ms, shoal_msg_header *h, int
         return rc;
     if (rc)
         return client_fail(c, rc, err);
+    if (h->type == SHOAL_MSG_PROGRESS) {
+        if (progress_frame(c, h, *fd) != 0) {
+            if (*fd >= 0)
+                close(*fd);
+            *fd = -1;
+            return client_fail(c, SHOAL_EPROTO, err);
+        }
+        *queued = 1;
+        return 0;
+    }
     if (h->type != SHOAL_MSG_GET_ITEM)
         return 0;
     shoal_rd_init(&r, c->body.data, c->body.len);
@@ -308,6 +344,12 @@ void shoal_client_close(shoal_client *c)
 }
 
 uint64_t shoal_client_session(const shoal_client *c) { return c->session; }
+
+void shoal_client_on_progress(shoal_client *c, shoal_progress_fn fn, void *ctx)
+{
+    c->on_progress = fn;
+    c->progress_ctx = ctx;
+}
 const char *shoal_client_daemon_version(const shoal_client *c) { return c->daemon_version; }
 
 /* ---- operations --------------------------------------------------------------- */
@@ -665,4 +707,62 @@ int shoal_client_put(shoal_client *c, uint32_t handle, const char *name, int fd,
     shoal_msg_put_u64(&c->msg, length);
     shoal_msg_put_bytes(&c->msg, xxh128, 16);
     return client_call_fd(c, SHOAL_MSG_OK, fd, NULL, err);
+}
+
+int shoal_client_put_begin(shoal_client *c, uint32_t handle, const char *name, uint64_t length,
+                           shoal_put *out, shoal_err *err)
+{
+    size_t n = name ? strlen(name) : 0;
+    shoal_msg_reader r;
+    int fd = -1, rc;
+
+    memset(out, 0, sizeof *out);
+    out->fd = -1;
+    if (!shoal_derived_name_ok(name, n) || length == 0)
+        return shoal_err_set(err, SHOAL_EINVAL, "PUT_BEGIN: a name of 1..%d [A-Za-z0-9._-] and a "
+                             "length > 0", SHOAL_PROTO_MAX_DERIVED);
+    begin(c, SHOAL_MSG_PUT_BEGIN);
+    shoal_msg_put_u32(&c->msg, handle);
+    shoal_msg_put_str(&c->msg, name, n);
+    shoal_msg_put_u64(&c->msg, length);
+    rc = client_call(c, SHOAL_MSG_PUT_READY, &fd, err);
+    if (rc)
+        return rc;
+    shoal_rd_init(&r, c->body.data, c->body.len);
+    out->id = shoal_rd_u64(&r);
+    out->length = shoal_rd_u64(&r);
+    if (shoal_rd_finish(&r) || fd < 0 || out->length != length) {
+        if (fd >= 0)
+            close(fd);
+        return client_fail(c, SHOAL_EPROTO, err);
+    }
+    out->fd = fd;
+    return 0;
+}
+
+/* PUT_COMMIT with keep 1 (store) or 0 (abandon). */
+static int put_finish(shoal_client *c, shoal_put *p, int keep, const uint8_t xxh128[16],
+                      shoal_err *err)
+{
+    static const uint8_t zero[16];
+    if (p->fd >= 0) {   /* the file becomes the object: no writes after this */
+        close(p->fd);
+        p->fd = -1;
+    }
+    begin(c, SHOAL_MSG_PUT_COMMIT);
+    shoal_msg_put_u64(&c->msg, p->id);
+    shoal_msg_put_u8(&c->msg, (uint8_t)keep);
+    shoal_msg_put_bytes(&c->msg, xxh128 ? xxh128 : zero, 16);
+    return client_call(c, SHOAL_MSG_OK, NULL, err);
+}
+
+int shoal_client_put_commit(shoal_client *c, shoal_put *p, const uint8_t xxh128[16],
+                            shoal_err *err)
+{
+    return put_finish(c, p, 1, xxh128, err);
+}
+
+int shoal_client_put_abort(shoal_client *c, shoal_put *p, shoal_err *err)
+{
+    return put_finish(c, p, 0, NULL, err);
 }

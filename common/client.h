@@ -9,7 +9,10 @@
  *
  * Threads: one thread at a time per client.  Blocking calls take a timeout
  * from the connect options; a daemon that dies mid-call gives SHOAL_ENET
- * with a message saying so, never a hang.
+ * with a message saying so, never a hang.  The timeout runs from the last
+ * message the daemon sent: a long call (OPEN of a large model, PUT,
+ * VERIFY, GC) gets PROGRESS frames while its work advances, each of which
+ * starts the wait afresh, so it never times out while the daemon works.
  */
 #ifndef SHOAL_CLIENT_H
 #define SHOAL_CLIENT_H
@@ -38,6 +41,18 @@ int shoal_client_connect(const shoal_client_opts *opts, shoal_client **out, shoa
 
 /* Close the connection and every queued descriptor.  Accepts NULL. */
 void shoal_client_close(shoal_client *c);
+
+/* Progress of the call in flight (PROGRESS frames, docs/protocol.md): fn
+ * is called from inside the blocking call each time one arrives (at most
+ * every SHOAL_PROGRESS_MS).  NULL fn: progress is only used to keep the
+ * call alive.  `total` 0: not known yet. */
+typedef struct shoal_progress {
+    uint64_t request;         /* the request it is about */
+    uint64_t done, total;     /* in the phase's unit (bytes, files, requests) */
+    char     phase[SHOAL_PROGRESS_PHASE_MAX + 1];
+} shoal_progress;
+typedef void (*shoal_progress_fn)(const shoal_progress *p, void *ctx);
+void shoal_client_on_progress(shoal_client *c, shoal_progress_fn fn, void *ctx);
 
 uint64_t shoal_client_session(const shoal_client *c);
 const char *shoal_client_daemon_version(const shoal_client *c);
@@ -147,8 +162,33 @@ int shoal_client_pin(shoal_client *c, uint32_t handle, int on, const shoal_key *
  * (canonical, big-endian).  SHOAL_EEXIST when another client stored it
  * first (GET it), SHOAL_ENOSPC when it does not fit the cache's budget,
  * SHOAL_ECORRUPT when the bytes do not match the hash.  The daemon copies
- * the bytes before it answers: the call takes as long as that copy. */
+ * the bytes on a worker thread before it answers (PROGRESS meanwhile): the
+ * call takes as long as that copy and the hash. */
 int shoal_client_put(shoal_client *c, uint32_t handle, const char *name, int fd, uint64_t length,
                      const uint8_t xxh128[16], shoal_err *err);
+
+/* PUT without a copy (PUT_BEGIN / PUT_COMMIT): the daemon reserves room
+ * for `length` bytes in its budget, creates the object's file (allocated
+ * up front, so a full disk fails here, SHOAL_ENOSPC) and hands back a
+ * writable descriptor of it in out->fd.  The caller writes the content
+ * into [0, length) of that descriptor (pwrite, or any writes that leave
+ * the file exactly `length` bytes long), then commits: commit closes
+ * out->fd first (never write through a copy of it afterwards: the file
+ * becomes the cached object), and the daemon hashes the file (PROGRESS
+ * meanwhile), fsyncs it and stores it, or refuses with SHOAL_ECORRUPT
+ * (the hash differs) or SHOAL_ERANGE (the file is not `length` bytes) and
+ * deletes it.  Abort deletes it at once.  A client that disconnects or
+ * dies before committing leaves nothing behind.  Errors of begin as
+ * shoal_client_put's. */
+typedef struct shoal_put {
+    uint64_t id;              /* the daemon's name for this PUT */
+    int      fd;              /* writable; -1 once closed */
+    uint64_t length;
+} shoal_put;
+int shoal_client_put_begin(shoal_client *c, uint32_t handle, const char *name, uint64_t length,
+                           shoal_put *out, shoal_err *err);
+int shoal_client_put_commit(shoal_client *c, shoal_put *p, const uint8_t xxh128[16],
+                            shoal_err *err);
+int shoal_client_put_abort(shoal_client *c, shoal_put *p, shoal_err *err);
 
 #endif

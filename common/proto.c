@@ -16,16 +16,31 @@ static const char *const msg_names[] = {
     [SHOAL_MSG_CANCEL] = "CANCEL", [SHOAL_MSG_WARM] = "WARM", [SHOAL_MSG_JOB] = "JOB",
     [SHOAL_MSG_STATS] = "STATS", [SHOAL_MSG_REPORT] = "REPORT", [SHOAL_MSG_PIN] = "PIN",
     [SHOAL_MSG_GC] = "GC", [SHOAL_MSG_VERIFY] = "VERIFY", [SHOAL_MSG_RELEASE] = "RELEASE",
-    [SHOAL_MSG_PUT] = "PUT",
+    [SHOAL_MSG_PUT] = "PUT", [SHOAL_MSG_PUT_BEGIN] = "PUT_BEGIN",
+    [SHOAL_MSG_PUT_COMMIT] = "PUT_COMMIT",
     [SHOAL_MSG_OK] = "OK", [SHOAL_MSG_ERROR] = "ERROR", [SHOAL_MSG_HELLO_OK] = "HELLO_OK",
     [SHOAL_MSG_OPEN_OK] = "OPEN_OK", [SHOAL_MSG_GET_ITEM] = "GET_ITEM",
     [SHOAL_MSG_JOB_OK] = "JOB_OK", [SHOAL_MSG_JOB_STATUS] = "JOB_STATUS",
-    [SHOAL_MSG_JSON] = "JSON",
+    [SHOAL_MSG_JSON] = "JSON", [SHOAL_MSG_PROGRESS] = "PROGRESS",
+    [SHOAL_MSG_PUT_READY] = "PUT_READY",
 };
 
 int shoal_msg_type_known(uint16_t type)
 {
     return type < sizeof msg_names / sizeof msg_names[0] && msg_names[type] != NULL;
+}
+
+unsigned shoal_msg_type_version(uint16_t type)
+{
+    switch (type) {
+    case SHOAL_MSG_PUT_BEGIN:
+    case SHOAL_MSG_PUT_COMMIT:
+    case SHOAL_MSG_PROGRESS:
+    case SHOAL_MSG_PUT_READY:
+        return 2;
+    default:
+        return 1;
+    }
 }
 
 const char *shoal_msg_type_name(uint16_t type)

@@ -1,9 +1,14 @@
 /* daemon_int.h — shoald's internal interfaces, shared by the files of
  * daemon/ and by nothing else.
  *
- * The daemon is one thread running one libevent loop.  It composes the
- * cache (cache/cache.h: blobs, index, counters) and the fetcher (upstream
- * transfers) around a Unix socket server that speaks docs/protocol.md.
+ * The daemon is one loop thread running one libevent loop, and a few
+ * worker threads (work.c) for whatever could hold the loop up: opening a
+ * model, storing and checking large objects, scans (DESIGN decision 12).
+ * It composes the cache (cache/cache.h: blobs, index, counters) and the
+ * fetcher (upstream transfers) around a Unix socket server that speaks
+ * docs/protocol.md.  Only the loop thread touches connections, sched,
+ * models and the cache's writer handle; a job hands its results back to
+ * the loop, which applies them in short steps.
  *
  *   main.c     flags, config, detach, pid file, signals: the program's edge
  *   server.c   the listening socket: stale-socket detection, mode 0600
@@ -11,10 +16,14 @@
  *              (bytes, descriptor) messages flushed with sendmsg
  *   request.c  decoding a request body into a daemon_request (pure; fuzzed)
  *   session.c  per-connection state: session counters, handles, GETs
- *   model.c    the table of open models (manifest, key -> object)
+ *   model.c    the table of open models (manifest, key -> object); opening
+ *              one on a worker, with the OPENs that join it
+ *   work.c     worker threads, loop steps, pending requests and PROGRESS
+ *   keep.c     storing what a manifest build kept (headers, the manifest)
  *   sched.c    single-flight transfer table, priority queues, waiters
  *   upstream.c running one transfer: the fetcher, or a local snapshot
  *   warm.c     warm jobs, persisted under $SHOAL_HOME/jobs/
+ *   derived.c  derived objects: PUT, PUT_BEGIN / PUT_COMMIT, lookup by name
  *   ops.c      the request handlers
  *   stats.c    the STATS JSON (docs/stats-json.md)
  *
@@ -29,6 +38,7 @@
 #ifndef SHOAL_DAEMON_INT_H
 #define SHOAL_DAEMON_INT_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,6 +60,10 @@ struct event;
 #define DAEMON_MODELS_MAX        256
 #define DAEMON_JOBS_MAX          256
 #define DAEMON_RECENT_SESSIONS   16
+#define DAEMON_CONN_MAX_PUTS     4      /* PUT_BEGINs not yet committed, per connection */
+#define DAEMON_WORKERS           4      /* worker threads */
+#define DAEMON_GC_STEP           (1ull << 30)   /* bytes one GC step may evict */
+#define DAEMON_REMOVE_STEP       256    /* objects one verify step removes */
 
 typedef struct shoald shoald;
 typedef struct conn conn;
@@ -58,6 +72,10 @@ typedef struct xfer xfer;
 typedef struct waiter waiter;
 typedef struct warm_job warm_job;
 typedef struct getreq getreq;
+typedef struct work work;
+typedef struct pending pending;
+typedef struct opening opening;
+typedef struct put put;
 
 /* Priorities, lowest value first.  PRIO_WARM is never on the wire. */
 enum { PRIO_DEMAND = 0, PRIO_PREFETCH = 1, PRIO_WARM = 2, PRIO_COUNT = 3 };
@@ -99,7 +117,66 @@ struct shoald {
     uint64_t bytes_served;
     int    stopping;
     int64_t started_ms;
+    struct workers *workers;       /* work.c */
+    work  *work_live;              /* jobs posted and not done (loop thread) */
+    opening *openings;             /* models being opened (model.c) */
 };
+
+/* ---- work.c ------------------------------------------------------------------- */
+
+/* A job's progress: written by its run() (any thread), read by the loop. */
+typedef struct work_progress {
+    _Atomic uint64_t done, total;
+    _Atomic(const char *) phase;   /* a string literal */
+    _Atomic uint64_t ticks;        /* bumped by every update */
+} work_progress;
+
+void work_progress_set(work_progress *p, const char *phase, uint64_t done, uint64_t total);
+
+typedef void (*work_fn)(work *w);
+
+/* Embedded in each job's own struct (first member, so run/done cast). */
+struct work {
+    work   *next;                  /* queue links (work.c) */
+    work   *live_next;
+    int     live;
+    shoald *d;                     /* set by work_post / work_step */
+    work_fn run;                   /* worker thread; may be NULL */
+    work_fn done;                  /* loop thread, after run */
+    _Atomic int stop;              /* the loop asks run() to end soon */
+    work_progress prog;
+};
+
+int  work_init(shoald *d, shoal_err *err);
+/* Queue w: run() on a worker, then done() on the loop.  Cannot fail. */
+void work_post(shoald *d, work *w);
+/* Call w->done() again on a later loop turn, after the loop polled its
+ * sockets: work done on the loop in bounded slices. */
+void work_step(shoald *d, work *w);
+/* Set stop on every job (shutdown). */
+void work_stop_all(shoald *d);
+/* After the loop ended: join the threads and let each job's done() clean
+ * up (it sees d->stopping). */
+void work_shutdown(shoald *d);
+/* Jobs queued or running. */
+unsigned work_busy(const shoald *d);
+
+/* A request a client waits on while a job runs.  The connection may leave
+ * meanwhile (c becomes NULL: the job goes on, its end answers nobody).
+ * PROGRESS frames go out from prog while it advances (work.c rule 4). */
+struct pending {
+    pending *prev, *next;          /* every pending (work.c) */
+    pending *cnext;                /* the connection's */
+    conn    *c;
+    uint64_t id;                   /* the request's id */
+    const work_progress *prog;     /* may be NULL */
+    uint64_t sent_ticks;
+    int64_t  sent_ms;
+};
+pending *pending_new(conn *c, uint64_t id, const work_progress *prog);
+void pending_end(shoald *d, pending *p);
+/* The connection leaves: its pendings forget it. */
+void pending_conn_gone(conn *c);
 
 /* ---- server.c ------------------------------------------------------------- */
 
@@ -140,6 +217,10 @@ struct conn {
     int      in_fd;                /* a PUT's descriptor received, -1 none */
     /* session */
     int      hello;
+    unsigned version;              /* the protocol version said at HELLO */
+    pending *pending;              /* requests waiting on a job */
+    put     *puts;                 /* PUT_BEGINs not committed (derived.c) */
+    unsigned nputs;
     uint64_t session;
     int64_t  pid;
     char     program[64];
@@ -177,7 +258,8 @@ typedef struct daemon_request {
     const char *json;
     size_t   json_len;
     /* PUT: name in text, length in u64, content hash and descriptor (set
-     * by conn.c; the handler owns it) */
+     * by conn.c; the handler owns it).  PUT_BEGIN: handle, name in text,
+     * length in u64.  PUT_COMMIT: put id in u64, keep in priority, hash. */
     uint8_t  xxh128[16];
     int      fd;
 } daemon_request;
@@ -211,9 +293,18 @@ struct model {
     struct upstream_model *up;     /* upstream.c's per-model state */
 };
 
+/* The end of an open: m is a reference for the waiter (NULL on failure,
+ * err says why).  On the loop thread. */
+typedef void (*model_ready_fn)(shoald *d, void *ctx, model *m, const shoal_err *err);
+
 /* Open (or share) the model `spec`: a directory or hf://org/name[@rev].
- * Blocking for a directory and for metadata; a reference for the caller. */
-int  model_acquire(shoald *d, const char *spec, model **out, shoal_err *err);
+ * Open already: 0 with *out (a reference).  Otherwise the open runs on a
+ * worker (resolve, manifest, shard headers) and this returns 1: ready(d,
+ * ctx, ...) follows on the loop when it ends; an OPEN of the same spec
+ * while one runs joins it.  *prog (may be NULL) gets the open's progress.
+ * < 0 for a request that cannot start. */
+int  model_open(shoald *d, const char *spec, model_ready_fn ready, void *ctx,
+                const work_progress **prog, model **out, shoal_err *err);
 void model_release(shoald *d, model *m);
 model *model_by_handle(shoald *d, uint32_t handle);
 /* Resolve a protocol key to an object.  SHOAL_ENOTFOUND naming it. */
@@ -280,10 +371,23 @@ enum { XFER_QUEUED = 0, XFER_RUNNING = 1, XFER_DONE = 2 };
 
 /* ---- upstream.c ---------------------------------------------------------------- */
 
+struct upstream_model;
+struct fetch_keep;
 int  upstream_init(shoald *d, shoal_err *err);
 void upstream_shutdown(shoald *d);
-/* Load a model's manifest from its upstream (dir or hf://). */
-int  upstream_model_load(shoald *d, model *m, shoal_err *err);
+/* On a worker: open spec's upstream on the side handle and get its
+ * manifest (from the cache, or built with the shard headers read
+ * cfg->parallel at once; *keep then lists what to store).  Touches
+ * nothing of the loop's. */
+int  upstream_model_prepare(const daemon_config *cfg, const char *spec, cache *side,
+                            const _Atomic int *stop, work_progress *prog,
+                            struct upstream_model **out, manifest **man, int *from_cache,
+                            struct fetch_keep **keep, shoal_err *err);
+/* On the loop: m takes um (its events, the writer handle for what the
+ * session records). */
+int  upstream_model_attach(shoald *d, model *m, struct upstream_model *um, shoal_err *err);
+/* An um that was never attached (a failed or abandoned open). */
+void upstream_model_discard(struct upstream_model *um);
 void upstream_model_free(model *m);
 /* Start x: open its cache writer and stream bytes into it; calls
  * sched_xfer_done() later (never from inside this call). */
@@ -333,15 +437,31 @@ getreq *session_get_find(conn *c, uint64_t id);
  * when nothing was stored under that name for m's commit. */
 int  derived_resolve(shoald *d, const model *m, const shoal_key *k, objref *o, char *etag,
                      size_t cap, shoal_err *err);
-/* PUT: copy rq->fd's first rq->u64 bytes into the cache as a pinned derived
- * object of m, checking rq->xxh128.  Does not close rq->fd. */
-int  derived_put(shoald *d, model *m, const daemon_request *rq, shoal_err *err);
+/* The request handlers: each answers (now or when its job ends) and
+ * returns 0; rq->fd is taken. */
+int  derived_put(conn *c, model *m, const daemon_request *rq);
+int  derived_put_begin(conn *c, model *m, const daemon_request *rq);
+int  derived_put_commit(conn *c, const daemon_request *rq);
+/* The connection leaves: uncommitted PUT_BEGINs are dropped (tmp files
+ * removed). */
+void derived_conn_gone(conn *c);
+
+/* ---- keep.c --------------------------------------------------------------------- */
+
+/* Store what a manifest build kept (the manifest, shard headers): writers
+ * begun on the loop, filled and synced on a worker, committed on the
+ * loop.  Takes keep. */
+void keep_store(shoald *d, struct fetch_keep *keep);
 
 /* ---- ops.c ----------------------------------------------------------------------- */
 
 /* Handle one decoded request.  0, or a negative code after which the
  * connection is closed (a protocol error; the reply is already queued). */
 int ops_dispatch(conn *c, const daemon_request *rq);
+/* The model a handle of this connection names, or NULL (err set). */
+model *ops_handle_model(conn *c, uint32_t handle, shoal_err *err);
+/* ERROR for a request that failed (err's code and message). */
+int ops_fail(conn *c, uint64_t id, const shoal_err *err);
 /* A transfer ended: answer the waiters of x. */
 void ops_xfer_finished(shoald *d, xfer *x, int rc, const char *msg);
 

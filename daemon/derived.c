@@ -1,32 +1,65 @@
 /* derived.c — objects a client made from a model's objects and stored back
- * (PUT), found again by name (SHOAL_KEY_DERIVED): the engine's int8 spine
- * pack is the first (docs/protocol.md, docs/engine.md).
+ * (PUT, or PUT_BEGIN / PUT_COMMIT), found again by name (SHOAL_KEY_DERIVED):
+ * the engine's int8 spine pack is the first (docs/protocol.md,
+ * docs/engine.md).
  *
- * Owns: the cache key of a derived object and copying a client's
- * descriptor into the cache.  The key's etag is
+ * Owns: the cache key of a derived object and the three ways in.  The
+ * key's etag is
  *   "derived:" + 16 hex digits of XXH3-64(endpoint \0 repo \0 commit) + ":"
  *   + commit (at most 64 bytes) + ":" + name
  * so another commit, or another name (the client puts its format and
  * quantizer versions in the name), is another object.  offset 0, length the
- * object's.  The length is not known to a GET, so a lookup walks the
- * model's objects for the etag (one indexed query per engine start).
+ * object's (an indexed lookup by etag finds it: cache_lookup_length).
  *
- * Memory: the copy goes through one DERIVED_CHUNK buffer, hashed as it is
- * written, never the whole object.  It runs on the loop: other clients wait
- * for the copy (a memfd read, disk-speed); see docs/daemon.md.
+ * Nothing slow happens on the loop (DESIGN decision 12; K3's pack is 58 GB
+ * int8): the loop checks the request and begins the cache writer (budget,
+ * eviction, the tmp file, unallocated), a worker does the rest
+ * (cache/cache.h rule 4) and the loop commits:
+ *   PUT         worker: allocate, copy the client's descriptor into the
+ *               tmp file, hash it, fsync.  One copy, never in memory.
+ *   PUT_BEGIN   worker: allocate (a full disk fails now); then the loop
+ *               hands the client a writable descriptor of the tmp file.
+ *   PUT_COMMIT  worker: hash what the client wrote, fsync; the loop
+ *               commits, or refuses (ECORRUPT, ERANGE) and drops the file.
+ * PROGRESS frames go out while the copy and the hash advance.  A client
+ * that leaves before PUT_COMMIT leaves nothing (its writers are aborted,
+ * the tmp files unlinked); one that leaves after it has its object stored
+ * anyway (its content and hash were complete).
  */
 #include "daemon/daemon_int.h"
 #include "common/log.h"
 #include "common/sys.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
-#define DERIVED_CHUNK (1u << 20)
+#define DERIVED_CHUNK (4u << 20)
+
+enum { PUT_ALLOC = 0, PUT_READY = 1, PUT_HASH = 2 };
+
+struct put {
+    work      w;                   /* first: the job */
+    put      *next;                /* c->puts (PUT_BEGIN only) */
+    conn     *c;                   /* on c->puts; NULL once it left */
+    pending  *pend;                /* the request waiting for the job */
+    uint64_t  id;                  /* PUT_READY's put id */
+    int       state;
+    cache_writer *wr;
+    char      etag[CACHE_ETAG_MAX + 1];
+    char      name[SHOAL_PROTO_MAX_DERIVED + 1];
+    char      spec[128];           /* for the log */
+    uint64_t  length;
+    int       src_fd;              /* PUT: the client's content, else -1 */
+    uint8_t   xxh[16];             /* announced */
+    int       rc;
+    shoal_err err;
+};
 
 static int derived_etag(const model *m, const char *name, size_t n, char *etag, size_t cap,
                         shoal_err *err)
@@ -52,26 +85,10 @@ static int derived_etag(const model *m, const char *name, size_t n, char *etag, 
     return 0;
 }
 
-typedef struct find_ctx {
-    const char *etag;
-    uint64_t length;
-    int found;
-} find_ctx;
-
-static int find_cb(const cache_entry *e, void *ctx)
-{
-    find_ctx *f = ctx;
-    if (e->kind != CACHE_KIND_DERIVED || strcmp(e->etag, f->etag) != 0)
-        return 0;
-    f->length = e->length;
-    f->found = 1;
-    return 1;
-}
-
 int derived_resolve(shoald *d, const model *m, const shoal_key *k, objref *o, char *etag,
                     size_t cap, shoal_err *err)
 {
-    find_ctx f = { etag, 0, 0 };
+    uint64_t len = 0;
     int rc;
 
     memset(o, 0, sizeof *o);
@@ -80,108 +97,349 @@ int derived_resolve(shoald *d, const model *m, const shoal_key *k, objref *o, ch
     o->kind = CACHE_KIND_DERIVED;
     if ((rc = derived_etag(m, k->name, k->name_len, etag, cap, err)) != 0)
         return rc;
-    rc = cache_list(d->cache, m->model_id, find_cb, &f, err);
-    if (rc < 0)
-        return rc;
-    if (!f.found)
+    if (cache_lookup_length(d->cache, etag, 0, &len, NULL) != 0)
         return shoal_err_set(err, SHOAL_ENOTFOUND, "no derived object %.*s for %s",
                              (int)k->name_len, k->name, m->spec);
-    o->key = (cache_key){ etag, 0, f.length };
+    o->key = (cache_key){ etag, 0, len };
     return 0;
 }
 
-static int put_copy(shoald *d, cache_writer *w, int fd, uint64_t len, uint8_t out[16],
-                    shoal_err *err)
-{
-    uint8_t *buf = malloc(DERIVED_CHUNK);
-    XXH3_state_t *xs = XXH3_createState();
-    XXH128_canonical_t can;
-    int rc = 0;
+/* ---- the job ---------------------------------------------------------------------- */
 
-    (void)d;
-    if (!buf || !xs) {
-        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
-        goto done;
-    }
-    XXH3_128bits_reset(xs);
-    for (uint64_t off = 0; off < len && rc == 0;) {
-        size_t n = len - off < DERIVED_CHUNK ? (size_t)(len - off) : DERIVED_CHUNK;
-        if (shoal_pread_all(fd, buf, n, (off_t)off) != 0) {
-            rc = shoal_err_set(err, SHOAL_EIO, "PUT: reading the descriptor at %llu: %s",
-                               (unsigned long long)off, strerror(errno));
+static uint64_t next_put_id = 1;
+
+static void put_free(put *p)
+{
+    if (!p)
+        return;
+    cache_write_abort(p->wr);   /* accepts NULL: committed ones are NULL */
+    if (p->src_fd >= 0)
+        close(p->src_fd);
+    free(p);
+}
+
+static void put_unlist(put *p)
+{
+    if (!p->c)
+        return;
+    for (put **pp = &p->c->puts; *pp; pp = &(*pp)->next) {
+        if (*pp == p) {
+            *pp = p->next;
+            p->c->nputs--;
             break;
         }
-        XXH3_128bits_update(xs, buf, n);
-        rc = cache_write_append(w, buf, n, err);
-        off += n;
     }
-    if (rc == 0) {
-        XXH128_canonicalFromHash(&can, XXH3_128bits_digest(xs));
-        memcpy(out, can.digest, 16);
+    p->c = NULL;
+}
+
+static int put_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    put *p = ctx;
+    work_progress_set(&p->w.prog, "hash", done, total);
+    return atomic_load(&p->w.stop) ? 1 : 0;
+}
+
+/* Copy [0, length) of the client's descriptor into the tmp file. */
+static int put_copy(put *p, int dst, shoal_err *err)
+{
+    uint64_t off = 0;
+    uint8_t *buf = NULL;
+    int rc = 0;
+
+    while (off < p->length && rc == 0) {
+        size_t n = p->length - off < DERIVED_CHUNK ? (size_t)(p->length - off) : DERIVED_CHUNK;
+        loff_t in = (loff_t)off, out = (loff_t)off;
+        ssize_t k = buf ? -1 : copy_file_range(p->src_fd, &in, dst, &out, n, 0);
+        if (k < 0 && !buf && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+                              errno == EOPNOTSUPP)) {
+            if (!(buf = malloc(DERIVED_CHUNK)))
+                return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+            continue;   /* another filesystem: read and write */
+        }
+        if (buf) {
+            if (shoal_pread_all(p->src_fd, buf, n, (off_t)off) != 0)
+                rc = shoal_err_set(err, SHOAL_EINVAL, "PUT: reading the descriptor at %llu: %s",
+                                   (unsigned long long)off, strerror(errno));
+            else if (pwrite(dst, buf, n, (off_t)off) != (ssize_t)n)
+                rc = shoal_err_set(err, shoal_err_from_errno(errno), "PUT: writing the cache: %s",
+                                   strerror(errno));
+            k = (ssize_t)n;
+        } else if (k <= 0) {
+            rc = shoal_err_set(err, k == 0 ? SHOAL_EINVAL : shoal_err_from_errno(errno),
+                               "PUT: copying at %llu: %s", (unsigned long long)off,
+                               k == 0 ? "the descriptor ended early" : strerror(errno));
+        }
+        if (rc == 0) {
+            off += (uint64_t)k;
+            work_progress_set(&p->w.prog, "copy", off, p->length);
+            if (atomic_load(&p->w.stop))
+                rc = shoal_err_set(err, SHOAL_ECANCELED, "PUT: stopped");
+        }
     }
-done:
-    XXH3_freeState(xs);
     free(buf);
     return rc;
 }
 
-int derived_put(shoald *d, model *m, const daemon_request *rq, shoal_err *err)
+/* Worker: allocate; (PUT: copy in); hash and sync; compare. */
+static void put_run(work *w)
 {
-    char etag[CACHE_ETAG_MAX + 1];
+    put *p = (put *)w;
+    uint8_t got[16];
+    int fd = -1;
+
+    p->rc = cache_writer_allocate(p->wr, &p->err);
+    if (p->rc || p->state == PUT_ALLOC)
+        return;
+    if (p->src_fd >= 0) {
+        p->rc = cache_writer_open_fd(p->wr, O_WRONLY, &fd, &p->err);
+        if (p->rc == 0)
+            p->rc = put_copy(p, fd, &p->err);
+        if (fd >= 0)
+            close(fd);
+        if (p->rc)
+            return;
+    }
+    work_progress_set(&w->prog, "hash", 0, p->length);
+    p->rc = cache_writer_adopt(p->wr, put_progress, p, &p->err);
+    if (p->rc == SHOAL_ERANGE)
+        shoal_err_wrap(&p->err, p->rc, "PUT %s", p->name);
+    if (p->rc)
+        return;
+    cache_writer_xxh(p->wr, got);
+    if (memcmp(got, p->xxh, 16) != 0)
+        p->rc = shoal_err_set(&p->err, SHOAL_ECORRUPT, "PUT %s: the content does not match its "
+                              "XXH3-128 (changed while written?); not stored", p->name);
+}
+
+static void put_reply_error(shoald *d, put *p)
+{
+    LOG_WARN("derived", "%s %s: %s", p->spec, p->name, p->err.msg);
+    if (p->pend && p->pend->c)
+        ops_fail(p->pend->c, p->pend->id, &p->err);
+    pending_end(d, p->pend);
+    p->pend = NULL;
+}
+
+/* Loop: the allocation of a PUT_BEGIN ended. */
+static void put_ready(shoald *d, put *p)
+{
+    conn *c = p->pend ? p->pend->c : NULL;
+    shoal_msg_builder *b;
+    int fd = -1;
+
+    if (p->rc == 0 && (!c || !p->c || d->stopping))
+        p->rc = shoal_err_set(&p->err, SHOAL_ECANCELED, "the client left");
+    if (p->rc == 0)
+        p->rc = cache_writer_open_fd(p->wr, O_WRONLY, &fd, &p->err);
+    if (p->rc) {
+        put_reply_error(d, p);
+        put_unlist(p);
+        put_free(p);
+        return;
+    }
+    p->state = PUT_READY;
+    b = conn_builder(c);
+    shoal_msg_begin(b, SHOAL_MSG_PUT_READY, SHOAL_MSG_F_FD | SHOAL_MSG_F_LAST, p->pend->id);
+    shoal_msg_put_u64(b, p->id);
+    shoal_msg_put_u64(b, p->length);
+    if (shoal_msg_end(b) == 0)
+        conn_send(c, b->buf.data, b->buf.len, fd);   /* takes fd */
+    else
+        close(fd);
+    pending_end(d, p->pend);
+    p->pend = NULL;
+}
+
+/* Loop: a PUT's or PUT_COMMIT's hash ended: commit, or drop. */
+static void put_finish(shoald *d, put *p)
+{
+    cache_key key = { p->etag, 0, p->length };
+    cache_writer *wr = p->wr;
+
+    if (p->rc == 0 && d->stopping)
+        p->rc = shoal_err_set(&p->err, SHOAL_ECANCELED, "shoald is stopping");
+    if (p->rc == 0) {
+        p->wr = NULL;
+        p->rc = cache_write_commit(wr, NULL, &p->err);
+    }
+    put_unlist(p);
+    if (p->rc) {
+        put_reply_error(d, p);
+        put_free(p);
+        return;
+    }
+    /* like the spine it replaces: evicting it costs a full re-quantization */
+    if (cache_pin(d->cache, &key, 1, NULL) != 0)
+        LOG_WARN("derived", "%s: stored but could not pin", p->name);
+    LOG_INFO("derived", "%s: stored %s (%llu bytes)", p->spec, p->name,
+             (unsigned long long)p->length);
+    if (p->pend && p->pend->c)
+        conn_send_ok(p->pend->c, p->pend->id);
+    pending_end(d, p->pend);
+    p->pend = NULL;
+    put_free(p);
+}
+
+static void put_done(work *w)
+{
+    put *p = (put *)w;
+    if (p->state == PUT_ALLOC)
+        put_ready(w->d, p);
+    else
+        put_finish(w->d, p);
+}
+
+/* ---- requests ------------------------------------------------------------------------ */
+
+/* The checks every way in shares, and the writer: 0 with *out (caller
+ * posts it), or an error (err set). */
+static int put_new(conn *c, model *m, const char *name, uint64_t length, int state, put **out,
+                   shoal_err *err)
+{
+    shoald *d = c->d;
     const manifest *man = m->man;
     cache_names names = CACHE_NAMES_NONE;
-    cache_writer *w = NULL;
-    struct stat st;
-    uint8_t got[16];
     cache_key key;
+    uint64_t have = 0;
+    put *p;
     int rc;
 
-    if ((rc = derived_etag(m, rq->text, strlen(rq->text), etag, sizeof etag, err)) != 0)
-        return rc;
-    /* a regular file (memfd or temp file) of at least the length: a pipe or
-     * a socket could block the loop */
-    if (fstat(rq->fd, &st) != 0 || !S_ISREG(st.st_mode))
-        return shoal_err_set(err, SHOAL_EINVAL, "PUT: the descriptor must be a regular file "
-                             "(memfd or temp file)");
-    if ((uint64_t)st.st_size < rq->u64)
-        return shoal_err_set(err, SHOAL_EINVAL, "PUT: the descriptor holds %lld bytes, not %llu",
-                             (long long)st.st_size, (unsigned long long)rq->u64);
-    {   /* one object per name: another length would be another key */
-        find_ctx f = { etag, 0, 0 };
-        if ((rc = cache_list(d->cache, m->model_id, find_cb, &f, err)) < 0)
-            return rc;
-        if (f.found)
-            return shoal_err_set(err, SHOAL_EEXIST, "PUT: %s is stored already (%llu bytes): "
-                                 "GET it", rq->text, (unsigned long long)f.length);
+    *out = NULL;
+    if (!(p = calloc(1, sizeof *p)))
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    p->src_fd = -1;
+    p->state = state;
+    p->length = length;
+    snprintf(p->name, sizeof p->name, "%s", name);
+    snprintf(p->spec, sizeof p->spec, "%.120s", m->spec);
+    if ((rc = derived_etag(m, name, strlen(name), p->etag, sizeof p->etag, err)) != 0)
+        goto fail;
+    /* one object per name: another length would be another key */
+    if (cache_lookup_length(d->cache, p->etag, 0, &have, NULL) == 0) {
+        rc = shoal_err_set(err, SHOAL_EEXIST, "PUT: %s is stored already (%llu bytes): GET it",
+                           name, (unsigned long long)have);
+        goto fail;
     }
-    key = (cache_key){ etag, 0, rq->u64 };
+    key = (cache_key){ p->etag, 0, length };
     names.endpoint = man->endpoint;
     names.repo = man->repo;
     names.revision = man->revision;
     names.commit = man->commit;
-    names.file = rq->text;
-    if ((rc = cache_write_begin(d->cache, &key, CACHE_KIND_DERIVED, &names, &w, err)) != 0)
-        return rc;
-    if (cache_writer_offset(w) != 0) {   /* a stale partial: start over */
-        cache_write_abort(w);
-        return shoal_err_set(err, SHOAL_EBUSY, "PUT: a partial copy of %s existed; retry",
-                             rq->text);
+    names.file = name;
+    rc = cache_write_begin_flags(d->cache, &key, CACHE_KIND_DERIVED, &names, CACHE_BEGIN_NO_ALLOC,
+                                 &p->wr, err);
+    if (rc == SHOAL_EBUSY)
+        shoal_err_wrap(err, rc, "PUT %s: another client is storing it now; GET it when it is done",
+                       name);
+    if (rc)
+        goto fail;
+    if (cache_writer_offset(p->wr) != 0) {   /* a stale partial: start over */
+        cache_write_abort(p->wr);
+        p->wr = NULL;
+        rc = shoal_err_set(err, SHOAL_EBUSY, "PUT: a partial copy of %s existed; retry", name);
+        goto fail;
     }
-    if ((rc = put_copy(d, w, rq->fd, rq->u64, got, err)) != 0) {
-        cache_write_abort(w);
-        return rc;
-    }
-    if (memcmp(got, rq->xxh128, 16) != 0) {
-        cache_write_abort(w);
-        return shoal_err_set(err, SHOAL_ECORRUPT, "PUT %s: the content does not match its "
-                             "XXH3-128 (changed while copied?); not stored", rq->text);
-    }
-    if ((rc = cache_write_commit(w, NULL, err)) != 0)
-        return rc;
-    /* like the spine it replaces: evicting it costs a full re-quantization */
-    if (cache_pin(d->cache, &key, 1, NULL) != 0)
-        LOG_WARN("derived", "%s: stored but could not pin", rq->text);
-    LOG_INFO("derived", "%s: stored %s (%llu bytes)", m->spec, rq->text,
-             (unsigned long long)rq->u64);
+    p->w.run = put_run;
+    p->w.done = put_done;
+    *out = p;
     return 0;
+fail:
+    put_free(p);
+    return rc;
+}
+
+int derived_put(conn *c, model *m, const daemon_request *rq)
+{
+    shoal_err err = { 0 };
+    struct stat st;
+    put *p = NULL;
+    int rc;
+
+    /* a regular file (memfd or temp file) of at least the length: a pipe or
+     * a socket could block a worker for ever */
+    if (fstat(rq->fd, &st) != 0 || !S_ISREG(st.st_mode))
+        rc = shoal_err_set(&err, SHOAL_EINVAL, "PUT: the descriptor must be a regular file "
+                           "(memfd or temp file)");
+    else if ((uint64_t)st.st_size < rq->u64)
+        rc = shoal_err_set(&err, SHOAL_EINVAL, "PUT: the descriptor holds %lld bytes, not %llu",
+                           (long long)st.st_size, (unsigned long long)rq->u64);
+    else
+        rc = put_new(c, m, rq->text, rq->u64, PUT_HASH, &p, &err);
+    if (rc == 0 && !(p->pend = pending_new(c, rq->id, &p->w.prog)))
+        rc = shoal_err_set(&err, SHOAL_ENOMEM, "out of memory");
+    if (rc) {
+        close(rq->fd);
+        put_free(p);
+        LOG_WARN("derived", "PUT %s: %s", rq->text, err.msg);
+        return ops_fail(c, rq->id, &err), 0;
+    }
+    p->src_fd = rq->fd;
+    memcpy(p->xxh, rq->xxh128, 16);
+    work_post(c->d, &p->w);
+    return 0;
+}
+
+int derived_put_begin(conn *c, model *m, const daemon_request *rq)
+{
+    shoal_err err = { 0 };
+    put *p = NULL;
+    int rc = 0;
+
+    if (c->nputs >= DAEMON_CONN_MAX_PUTS)
+        rc = shoal_err_set(&err, SHOAL_EBUSY, "PUT_BEGIN: %d PUTs are open on this connection: "
+                           "commit or abort one first", DAEMON_CONN_MAX_PUTS);
+    if (rc == 0)
+        rc = put_new(c, m, rq->text, rq->u64, PUT_ALLOC, &p, &err);
+    if (rc == 0 && !(p->pend = pending_new(c, rq->id, NULL)))
+        rc = shoal_err_set(&err, SHOAL_ENOMEM, "out of memory");
+    if (rc) {
+        put_free(p);
+        LOG_WARN("derived", "PUT_BEGIN %s: %s", rq->text, err.msg);
+        return ops_fail(c, rq->id, &err), 0;
+    }
+    p->id = next_put_id++;
+    p->c = c;
+    p->next = c->puts;
+    c->puts = p;
+    c->nputs++;
+    work_post(c->d, &p->w);
+    return 0;
+}
+
+int derived_put_commit(conn *c, const daemon_request *rq)
+{
+    shoal_err err = { 0 };
+    put *p = c->puts;
+
+    while (p && p->id != rq->u64)
+        p = p->next;
+    if (!p || p->state != PUT_READY) {
+        shoal_err_set(&err, SHOAL_ENOTFOUND, "no PUT %llu waits for its commit on this connection",
+                      (unsigned long long)rq->u64);
+        return ops_fail(c, rq->id, &err), 0;
+    }
+    if (!rq->priority) {   /* abandon */
+        put_unlist(p);
+        put_free(p);
+        return conn_send_ok(c, rq->id), 0;
+    }
+    if (!(p->pend = pending_new(c, rq->id, &p->w.prog))) {
+        shoal_err_set(&err, SHOAL_ENOMEM, "out of memory");
+        return ops_fail(c, rq->id, &err), 0;
+    }
+    p->state = PUT_HASH;
+    memcpy(p->xxh, rq->xxh128, 16);
+    work_post(c->d, &p->w);
+    return 0;
+}
+
+void derived_conn_gone(conn *c)
+{
+    while (c->puts) {
+        put *p = c->puts;
+        int idle = p->state == PUT_READY;   /* no job holds it */
+        put_unlist(p);
+        if (idle)
+            put_free(p);   /* never committed: the tmp file goes */
+    }
 }

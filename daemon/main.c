@@ -16,6 +16,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <event2/event.h>
+#include <event2/thread.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -113,6 +114,7 @@ static void daemon_stop(shoald *d, const char *why)
     d->stopping = 1;
     LOG_INFO("shoald", "%s: stopping (transfers parked, counters flushed)", why);
     server_close(d);
+    work_stop_all(d);   /* jobs end soon; work_shutdown joins them */
     upstream_park_all(d);
     sched_park_all(d->sched);
     warm_save_all(d->warm);
@@ -219,11 +221,17 @@ static int daemon_open(shoald *d, shoal_err *err)
              "%llu partials kept", d->cfg.home, (unsigned long long)rep.objects,
              (unsigned long long)rep.bytes, (unsigned long long)rep.tmp_removed,
              (unsigned long long)rep.orphans_removed, (unsigned long long)rep.partials_kept);
+    /* Workers hand their jobs back with event_active() from their own
+     * threads: the base must be made thread-aware before it exists. */
+    if (evthread_use_pthreads() != 0)
+        return shoal_err_set(err, SHOAL_EINTERNAL, "libevent without pthreads support");
     d->base = event_base_new();
     if (!d->base)
         return shoal_err_set(err, SHOAL_ENOMEM, "cannot create the event loop");
     if ((rc = sched_new(d, &d->sched)) != 0)
         return shoal_err_set(err, rc, "cannot create the scheduler");
+    if ((rc = work_init(d, err)) != 0)
+        return rc;
     if ((rc = upstream_init(d, err)) != 0 || (rc = warm_new(d, &d->warm, err)) != 0)
         return rc;
     if ((rc = server_listen(d, err)) != 0)
@@ -246,6 +254,8 @@ static void daemon_close(shoald *d)
     server_close(d);
     if (d->base)
         conn_free_all(d);
+    d->stopping = 1;
+    work_shutdown(d);   /* after the connections: the jobs' ends answer nobody */
     warm_free(d->warm);
     sched_free(d->sched);
     model_free_all(d);

@@ -3,7 +3,13 @@
  * Owns: the handlers, GET's hit / miss / join decision and its counting,
  * answering a transfer's waiters, and the control operations (PIN, GC,
  * VERIFY, REPORT, RELEASE).  Does not own framing (conn.c), scheduling
- * (sched.c), jobs (warm.c) or the STATS document (stats.c).
+ * (sched.c), jobs (warm.c), derived objects (derived.c) or the STATS
+ * document (stats.c).
+ *
+ * Long requests answer later: OPEN of a model not open yet (model.c runs
+ * it on a worker), VERIFY (a worker scans; the loop removes what was bad
+ * in steps of DAEMON_REMOVE_STEP) and GC (loop steps of DAEMON_GC_STEP
+ * bytes), each as a pending request with PROGRESS frames (work.c).
  *
  * A handler returns 0 when the connection goes on (its reply, or an ERROR
  * for a request that failed, is queued), or a negative code for a protocol
@@ -25,7 +31,7 @@
 
 #define REPORT_MAX_EVENTS 1000000u   /* counts one REPORT may add */
 
-static int fail(conn *c, uint64_t id, const shoal_err *err)
+int ops_fail(conn *c, uint64_t id, const shoal_err *err)
 {
     return conn_send_error(c, id, err->code ? err->code : SHOAL_EINTERNAL,
                            err->msg[0] ? err->msg : shoal_strerror(err->code));
@@ -39,7 +45,7 @@ static int conn_holds(const conn *c, uint32_t handle)
     return 0;
 }
 
-static model *handle_model(conn *c, uint32_t handle, shoal_err *err)
+model *ops_handle_model(conn *c, uint32_t handle, shoal_err *err)
 {
     model *m = conn_holds(c, handle) ? model_by_handle(c->d, handle) : NULL;
     if (!m)
@@ -56,18 +62,21 @@ static int op_hello(conn *c, const daemon_request *rq)
     shoal_err err = { 0 };
     char msg[160];
 
-    if (rq->version != SHOAL_PROTO_VERSION) {
-        snprintf(msg, sizeof msg, "this shoald speaks protocol %u, the client %u: use matching "
-                 "versions", SHOAL_PROTO_VERSION, rq->version);
+    /* The client names the version it speaks; the daemon speaks it on this
+     * connection when it still knows it (docs/protocol.md, principle 2). */
+    if (rq->version < SHOAL_PROTO_VERSION_MIN || rq->version > SHOAL_PROTO_VERSION) {
+        snprintf(msg, sizeof msg, "this shoald speaks protocol %u..%u, the client %u: use "
+                 "matching versions", SHOAL_PROTO_VERSION_MIN, SHOAL_PROTO_VERSION, rq->version);
         conn_send_error(c, rq->id, SHOAL_EUNSUPPORTED, msg);
         return SHOAL_EUNSUPPORTED;
     }
     if (session_open(c, rq, &err) != 0) {
-        fail(c, rq->id, &err);
+        ops_fail(c, rq->id, &err);
         return err.code;
     }
+    c->version = rq->version;
     shoal_msg_begin(m, SHOAL_MSG_HELLO_OK, SHOAL_MSG_F_LAST, rq->id);
-    shoal_msg_put_u16(m, SHOAL_PROTO_VERSION);
+    shoal_msg_put_u16(m, rq->version);
     shoal_msg_put_str(m, SHOAL_VERSION, strlen(SHOAL_VERSION));
     shoal_msg_put_u64(m, c->session);
     shoal_msg_put_u32(m, SHOAL_PROTO_MAX_BODY);
@@ -91,31 +100,31 @@ static int manifest_fd(const model *md)
     return fd;
 }
 
-static int op_open(conn *c, const daemon_request *rq)
+/* OPEN_OK with a fresh descriptor of md's manifest; md's reference goes to
+ * the connection's handles (or is dropped on failure). */
+static void open_reply(conn *c, uint64_t id, model *md)
 {
     shoal_msg_builder *b = conn_builder(c);
     shoal_err err = { 0 };
-    model *md;
     int fd;
 
     if (c->nhandles == DAEMON_CONN_MAX_HANDLES) {
+        model_release(c->d, md);
         shoal_err_set(&err, SHOAL_ETOOBIG, "%d models are open on this connection: release some",
                       DAEMON_CONN_MAX_HANDLES);
-        return fail(c, rq->id, &err), 0;
-    }
-    if (model_acquire(c->d, rq->text, &md, &err) != 0) {
-        LOG_WARN("ops", "OPEN %s: %s", rq->text, err.msg);
-        return fail(c, rq->id, &err), 0;
+        ops_fail(c, id, &err);
+        return;
     }
     fd = manifest_fd(md);
     if (fd < 0) {
         model_release(c->d, md);
         shoal_err_set(&err, shoal_err_from_errno(errno), "cannot pass the manifest: %s",
                       strerror(errno));
-        return fail(c, rq->id, &err), 0;
+        ops_fail(c, id, &err);
+        return;
     }
     session_handle_add(c, md->handle);
-    shoal_msg_begin(b, SHOAL_MSG_OPEN_OK, SHOAL_MSG_F_FD | SHOAL_MSG_F_LAST, rq->id);
+    shoal_msg_begin(b, SHOAL_MSG_OPEN_OK, SHOAL_MSG_F_FD | SHOAL_MSG_F_LAST, id);
     shoal_msg_put_u32(b, md->handle);
     shoal_msg_put_str(b, md->man->commit, strlen(md->man->commit));
     shoal_msg_put_u64(b, md->encoded.len);
@@ -124,18 +133,63 @@ static int op_open(conn *c, const daemon_request *rq)
     shoal_msg_put_u64(b, md->man->expert_bytes);
     if (shoal_msg_end(b) != 0) {
         close(fd);
-        return SHOAL_EINTERNAL;
+        return;
     }
     conn_send(c, b->buf.data, b->buf.len, fd);
+}
+
+/* An open that ran on a worker ended (model.c). */
+static void open_ready(shoald *d, void *ctx, model *md, const shoal_err *err)
+{
+    pending *p = ctx;
+    if (!p->c) {   /* the client left: the model lingers for the next one */
+        model_release(d, md);
+    } else if (md) {
+        open_reply(p->c, p->id, md);
+    } else {
+        LOG_WARN("ops", "OPEN: %s", err->msg);
+        ops_fail(p->c, p->id, err);
+    }
+    pending_end(d, p);
+}
+
+static int op_open(conn *c, const daemon_request *rq)
+{
+    shoal_err err = { 0 };
+    const work_progress *prog = NULL;
+    pending *p;
+    model *md;
+    int rc;
+
+    if (c->nhandles == DAEMON_CONN_MAX_HANDLES) {
+        shoal_err_set(&err, SHOAL_ETOOBIG, "%d models are open on this connection: release some",
+                      DAEMON_CONN_MAX_HANDLES);
+        return ops_fail(c, rq->id, &err), 0;
+    }
+    if (!(p = pending_new(c, rq->id, NULL))) {
+        shoal_err_set(&err, SHOAL_ENOMEM, "out of memory");
+        return ops_fail(c, rq->id, &err), 0;
+    }
+    rc = model_open(c->d, rq->text, open_ready, p, &prog, &md, &err);
+    if (rc == 1) {   /* on a worker: open_ready answers */
+        p->prog = prog;
+        return 0;
+    }
+    pending_end(c->d, p);
+    if (rc < 0) {
+        LOG_WARN("ops", "OPEN %s: %s", rq->text, err.msg);
+        return ops_fail(c, rq->id, &err), 0;
+    }
+    open_reply(c, rq->id, md);
     return 0;
 }
 
 static int op_release(conn *c, const daemon_request *rq)
 {
     shoal_err err = { 0 };
-    model *m = handle_model(c, rq->handle, &err);
+    model *m = ops_handle_model(c, rq->handle, &err);
     if (!m)
-        return fail(c, rq->id, &err), 0;
+        return ops_fail(c, rq->id, &err), 0;
     session_handle_drop(c, rq->handle);
     model_release(c->d, m);
     return conn_send_ok(c, rq->id), 0;
@@ -204,11 +258,11 @@ static void get_key(conn *c, model *m, getreq *g, uint16_t i, const shoal_key *k
 static int op_get(conn *c, const daemon_request *rq)
 {
     shoal_err err = { 0 };
-    model *m = handle_model(c, rq->handle, &err);
+    model *m = ops_handle_model(c, rq->handle, &err);
     getreq *g;
 
     if (!m)
-        return fail(c, rq->id, &err), 0;
+        return ops_fail(c, rq->id, &err), 0;
     if (session_get_find(c, rq->id)) {
         conn_send_error(c, rq->id, SHOAL_EPROTO, "request id already in use by an open GET");
         return SHOAL_EPROTO;
@@ -216,7 +270,7 @@ static int op_get(conn *c, const daemon_request *rq)
     if (c->ngets >= DAEMON_CONN_MAX_GETS || c->outstanding + rq->nkeys > DAEMON_CONN_MAX_KEYS) {
         shoal_err_set(&err, SHOAL_EBUSY, "too many keys outstanding on this connection (%zu, "
                       "at most %d): wait for replies", c->outstanding, DAEMON_CONN_MAX_KEYS);
-        return fail(c, rq->id, &err), 0;
+        return ops_fail(c, rq->id, &err), 0;
     }
     g = calloc(1, sizeof *g);
     if (g)
@@ -224,7 +278,7 @@ static int op_get(conn *c, const daemon_request *rq)
     if (!g || !g->w) {
         free(g);
         shoal_err_set(&err, SHOAL_ENOMEM, "out of memory");
-        return fail(c, rq->id, &err), 0;
+        return ops_fail(c, rq->id, &err), 0;
     }
     g->id = rq->id;
     g->nkeys = g->remaining = rq->nkeys;
@@ -298,13 +352,13 @@ static int op_warm(conn *c, const daemon_request *rq)
 {
     shoal_msg_builder *b = conn_builder(c);
     shoal_err err = { 0 };
-    model *m = handle_model(c, rq->handle, &err);
+    model *m = ops_handle_model(c, rq->handle, &err);
     uint64_t job;
 
     if (!m)
-        return fail(c, rq->id, &err), 0;
+        return ops_fail(c, rq->id, &err), 0;
     if (warm_start(c->d->warm, m, rq->selection, rq->a, rq->b, rq->keys, rq->nkeys, &job, &err))
-        return fail(c, rq->id, &err), 0;
+        return ops_fail(c, rq->id, &err), 0;
     shoal_msg_begin(b, SHOAL_MSG_JOB_OK, SHOAL_MSG_F_LAST, rq->id);
     shoal_msg_put_u64(b, job);
     if (shoal_msg_end(b) != 0)
@@ -348,7 +402,7 @@ static int op_stats(conn *c, const daemon_request *rq)
     shoal_err err = { 0 };
     shoal_buf_init(&out, SHOAL_PROTO_MAX_BODY - 4);
     if (stats_json(c->d, rq->text, strlen(rq->text), &out, &err) != 0)
-        fail(c, rq->id, &err);
+        ops_fail(c, rq->id, &err);
     else
         conn_send_json(c, rq->id, &out);
     shoal_buf_free(&out);
@@ -394,7 +448,7 @@ static int op_report(conn *c, const daemon_request *rq)
         goto bad;
     }
     if (handle) {
-        model *m = handle_model(c, (uint32_t)handle, &err);
+        model *m = ops_handle_model(c, (uint32_t)handle, &err);
         if (!m)
             goto bad;
         req.model = m->model_id;
@@ -411,7 +465,7 @@ static int op_report(conn *c, const daemon_request *rq)
     return conn_send_ok(c, rq->id), 0;
 bad:
     shoal_json_free(j);
-    return fail(c, rq->id, &err), 0;
+    return ops_fail(c, rq->id, &err), 0;
 }
 
 /* ---- PIN, GC, VERIFY ----------------------------------------------------------------- */
@@ -419,9 +473,9 @@ bad:
 static int op_pin(conn *c, const daemon_request *rq)
 {
     shoal_err err = { 0 };
-    model *m = handle_model(c, rq->handle, &err);
+    model *m = ops_handle_model(c, rq->handle, &err);
     if (!m)
-        return fail(c, rq->id, &err), 0;
+        return ops_fail(c, rq->id, &err), 0;
     for (unsigned i = 0; i < rq->nkeys; i++) {
         objref o;
         char etag[CACHE_ETAG_MAX + 1];
@@ -431,7 +485,7 @@ static int op_pin(conn *c, const daemon_request *rq)
                  : model_key_resolve(m, k, &o, &err)) != 0 ||
             cache_pin(c->d->cache, &o.key, rq->priority, &err) != 0) {
             shoal_err_wrap(&err, err.code, "key %u", i);
-            return fail(c, rq->id, &err), 0;
+            return ops_fail(c, rq->id, &err), 0;
         }
     }
     return conn_send_ok(c, rq->id), 0;
@@ -439,31 +493,189 @@ static int op_pin(conn *c, const daemon_request *rq)
 
 /* GC and VERIFY answer the cache's reports ("shoal.gc", "shoal.verify":
  * docs/stats-json.md), the same documents the CLI builds itself when no
- * daemon runs.  Both run on the loop: VERIFY reads every blob it checks. */
+ * daemon runs.  Neither holds the loop: GC evicts in steps of at most
+ * DAEMON_GC_STEP bytes (one sort and one transaction each; the blobs are
+ * unlinked on a worker), VERIFY reads every blob on a worker (side handle)
+ * and the loop removes what was bad, DAEMON_REMOVE_STEP objects a step. */
+
+typedef struct gc_job {
+    work     w;                    /* first: steps only, no run() */
+    pending *p;
+    uint64_t max;
+    cache_gc_state st;
+} gc_job;
+
+static void gc_reply(shoald *d, gc_job *g, int rc, const shoal_err *err)
+{
+    shoal_buf out;
+    shoal_err e = { 0 };
+    if (g->p->c) {
+        shoal_buf_init(&out, SHOAL_PROTO_MAX_BODY - 4);
+        if (rc == 0 && (rc = cache_gc_json(d->cache, &g->st, &out, &e)) != 0)
+            err = &e;
+        if (rc)
+            ops_fail(g->p->c, g->p->id, err);
+        else
+            conn_send_json(g->p->c, g->p->id, &out);
+        shoal_buf_free(&out);
+    }
+    pending_end(d, g->p);
+    free(g);
+}
+
+static void gc_step(work *w)
+{
+    gc_job *g = (gc_job *)w;
+    shoald *d = w->d;
+    shoal_err err = { 0 };
+    int done = 0, rc;
+
+    if (d->stopping) {
+        shoal_err_set(&err, SHOAL_ECANCELED, "shoald is stopping");
+        gc_reply(d, g, SHOAL_ECANCELED, &err);
+        return;
+    }
+    rc = cache_gc_step(d->cache, &g->st, g->max, DAEMON_GC_STEP, &done, &err);
+    work_progress_set(&w->prog, "gc", g->st.freed, g->st.goal);
+    if (rc || done)
+        gc_reply(d, g, rc, &err);
+    else
+        work_step(d, w);
+}
+
 static int op_gc(conn *c, const daemon_request *rq)
 {
     shoal_err err = { 0 };
-    shoal_buf out;
-    shoal_buf_init(&out, SHOAL_PROTO_MAX_BODY - 4);
-    if (cache_report_gc(c->d->cache, rq->u64, &out, &err) != 0)
-        fail(c, rq->id, &err);
-    else
-        conn_send_json(c, rq->id, &out);
-    shoal_buf_free(&out);
+    gc_job *g = calloc(1, sizeof *g);
+
+    if (g && !(g->p = pending_new(c, rq->id, &g->w.prog))) {
+        free(g);
+        g = NULL;
+    }
+    if (!g) {
+        shoal_err_set(&err, SHOAL_ENOMEM, "out of memory");
+        return ops_fail(c, rq->id, &err), 0;
+    }
+    g->max = rq->u64;
+    g->w.done = gc_step;
+    work_step(c->d, &g->w);
     return 0;
+}
+
+typedef struct verify_job {
+    work     w;                    /* first */
+    pending *p;
+    char     spec[SHOAL_PROTO_MAX_STR + 1];
+    int      deep;
+    /* the worker's results */
+    int      rc;
+    shoal_err err;
+    cache_verify_report tot;
+    cache_verify_list bad;
+    cache_deep_report dr;
+    shoal_buf bad_files;
+    size_t   removed;              /* of bad: handled by the loop's steps */
+} verify_job;
+
+static int verify_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    verify_job *v = ctx;
+    work_progress_set(&v->w.prog, v->deep > 1 ? "deep" : "verify", done, total);
+    return atomic_load(&v->w.stop) ? 1 : 0;
+}
+
+/* Where the next issue quarantines and fetches again; today: the log. */
+static void verify_bad_file(void *ctx, const char *path, const char *etag)
+{
+    (void)ctx;
+    LOG_ERROR("ops", "deep verify: %s (etag %s) does not hash to its etag", path, etag);
+}
+
+/* Worker: the whole scan (and the deep check) on a side handle. */
+static void verify_run(work *w)
+{
+    verify_job *v = (verify_job *)w;
+    cache_config cc;
+    cache *side = NULL;
+    cache_deep_opts o = { verify_progress, verify_bad_file, v };
+    const char *spec = v->spec[0] ? v->spec : NULL;
+
+    cache_config_default(&cc);
+    cc.read_only = CACHE_OPEN_SIDE;
+    v->rc = cache_open(w->d->cfg.home, &cc, &side, NULL, &v->err);
+    if (v->rc == 0)
+        v->rc = cache_verify_scan(side, spec, &v->tot, &v->bad, verify_progress, v, &v->err);
+    if (v->rc == 0 && v->deep) {
+        v->deep = 2;   /* the phase the progress names */
+        v->rc = cache_verify_deep(side, spec, &o, &v->dr, &v->bad_files, &v->err);
+    }
+    cache_close(side);
+}
+
+static void verify_free(shoald *d, verify_job *v)
+{
+    pending_end(d, v->p);
+    cache_verify_list_free(&v->bad);
+    shoal_buf_free(&v->bad_files);
+    free(v);
+}
+
+/* Loop: remove what was bad, a step at a time; then the answer. */
+static void verify_done(work *w)
+{
+    verify_job *v = (verify_job *)w;
+    shoald *d = w->d;
+    shoal_buf out;
+    uint64_t gb = 0, gm = 0;
+
+    if (v->rc == 0 && d->stopping)
+        v->rc = shoal_err_set(&v->err, SHOAL_ECANCELED, "shoald is stopping");
+    if (v->rc == 0 && v->removed < v->bad.n) {
+        size_t n = v->bad.n - v->removed;
+        if (n > DAEMON_REMOVE_STEP)
+            n = DAEMON_REMOVE_STEP;
+        v->rc = cache_verify_remove(d->cache, &v->bad, v->removed, n, &gb, &gm, &v->err);
+        v->tot.bad -= gb;
+        v->tot.missing -= gm;
+        v->removed += n;
+        if (v->rc == 0 && v->removed < v->bad.n) {
+            work_step(d, w);
+            return;
+        }
+    }
+    if (v->p->c) {
+        shoal_buf_init(&out, SHOAL_PROTO_MAX_BODY - 4);
+        if (v->rc == 0)
+            v->rc = cache_verify_json(d->cache, v->spec, &v->tot, v->deep ? &v->dr : NULL,
+                                      &v->bad_files, &out, &v->err);
+        if (v->rc)
+            ops_fail(v->p->c, v->p->id, &v->err);
+        else
+            conn_send_json(v->p->c, v->p->id, &out);
+        shoal_buf_free(&out);
+    }
+    verify_free(d, v);
 }
 
 static int op_verify(conn *c, const daemon_request *rq)
 {
     shoal_err err = { 0 };
-    shoal_buf out;
-    shoal_buf_init(&out, SHOAL_PROTO_MAX_BODY - 4);
-    if (cache_report_verify(c->d->cache, rq->text[0] ? rq->text : NULL, rq->priority, &out,
-                            &err) != 0)
-        fail(c, rq->id, &err);
-    else
-        conn_send_json(c, rq->id, &out);
-    shoal_buf_free(&out);
+    verify_job *v = calloc(1, sizeof *v);
+
+    if (v && !(v->p = pending_new(c, rq->id, &v->w.prog))) {
+        free(v);
+        v = NULL;
+    }
+    if (!v) {
+        shoal_err_set(&err, SHOAL_ENOMEM, "out of memory");
+        return ops_fail(c, rq->id, &err), 0;
+    }
+    snprintf(v->spec, sizeof v->spec, "%s", rq->text);
+    v->deep = rq->priority != 0;
+    shoal_buf_init(&v->bad_files, 0);
+    v->w.run = verify_run;
+    v->w.done = verify_done;
+    work_post(c->d, &v->w);
     return 0;
 }
 
@@ -472,15 +684,21 @@ static int op_verify(conn *c, const daemon_request *rq)
 static int op_put(conn *c, const daemon_request *rq)
 {
     shoal_err err = { 0 };
-    model *m = handle_model(c, rq->handle, &err);
-    int rc = m ? derived_put(c->d, m, rq, &err) : err.code;
-
-    close(rq->fd);
-    if (rc != 0) {
-        LOG_WARN("ops", "PUT %s: %s", rq->text, err.msg);
-        return fail(c, rq->id, &err), 0;
+    model *m = ops_handle_model(c, rq->handle, &err);
+    if (!m) {
+        close(rq->fd);
+        return ops_fail(c, rq->id, &err), 0;
     }
-    return conn_send_ok(c, rq->id), 0;
+    return derived_put(c, m, rq);
+}
+
+static int op_put_begin(conn *c, const daemon_request *rq)
+{
+    shoal_err err = { 0 };
+    model *m = ops_handle_model(c, rq->handle, &err);
+    if (!m)
+        return ops_fail(c, rq->id, &err), 0;
+    return derived_put_begin(c, m, rq);
 }
 
 int ops_dispatch(conn *c, const daemon_request *rq)
@@ -501,6 +719,8 @@ int ops_dispatch(conn *c, const daemon_request *rq)
     case SHOAL_MSG_VERIFY:  return op_verify(c, rq);
     case SHOAL_MSG_RELEASE: return op_release(c, rq);
     case SHOAL_MSG_PUT:     return op_put(c, rq);
+    case SHOAL_MSG_PUT_BEGIN:  return op_put_begin(c, rq);
+    case SHOAL_MSG_PUT_COMMIT: return derived_put_commit(c, rq);
     default:
         conn_send_error(c, rq->id, SHOAL_EPROTO, "not a request");
         return SHOAL_EPROTO;

@@ -117,6 +117,33 @@ int daemon_request_parse(const shoal_msg_header *h, const uint8_t *body, size_t 
         }
         break;
     }
+    case SHOAL_MSG_PUT_BEGIN: {
+        size_t n = 0;
+        const char *name;
+        q->handle = shoal_rd_u32(&r);
+        name = shoal_rd_str(&r, &n);
+        q->u64 = shoal_rd_u64(&r);
+        if (r.rc == 0 && (!shoal_derived_name_ok(name, n) || q->u64 == 0))
+            return shoal_err_set(err, SHOAL_EPROTO, "PUT_BEGIN: a name of 1..%d [A-Za-z0-9._-] "
+                                 "and a length > 0", SHOAL_PROTO_MAX_DERIVED);
+        if (r.rc == 0) {
+            memcpy(q->text, name, n);
+            q->text[n] = '\0';
+        }
+        break;
+    }
+    case SHOAL_MSG_PUT_COMMIT: {
+        const uint8_t *x;
+        q->u64 = shoal_rd_u64(&r);
+        q->priority = shoal_rd_u8(&r);
+        x = shoal_rd_bytes(&r, 16);
+        if (r.rc == 0 && q->priority > 1)
+            return shoal_err_set(err, SHOAL_EPROTO, "PUT_COMMIT: keep must be 0 or 1, not %u",
+                                 q->priority);
+        if (r.rc == 0)
+            memcpy(q->xxh128, x, 16);
+        break;
+    }
     default:
         return shoal_err_set(err, SHOAL_EPROTO, "%s is not a request",
                              shoal_msg_type_name(h->type));

@@ -65,6 +65,8 @@ void session_close(conn *c)
 
     while (c->gets)
         session_get_free(c, c->gets);
+    pending_conn_gone(c);   /* jobs go on; their ends answer nobody */
+    derived_conn_gone(c);   /* PUTs never committed leave nothing */
     for (unsigned i = 0; i < c->nhandles; i++) {
         model *m = model_by_handle(d, c->handles[i]);
         if (m)

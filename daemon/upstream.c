@@ -194,7 +194,8 @@ static void session_drop(struct upstream_model *um)
         fetch_session_free(um->s);
         um->s = NULL;
     }
-    event_del(um->ev_timer);
+    if (um->ev_timer)
+        event_del(um->ev_timer);
     for (size_t i = 0; i < um->nw; i++) {
         event_free(um->w[i].ev);
     }
@@ -276,36 +277,71 @@ void upstream_shutdown(shoald *d)
 int upstream_can_park(void) { return 0; }
 int upstream_can_cancel(void) { return 1; }
 
-int upstream_model_load(shoald *d, model *m, shoal_err *err)
+static void prep_phase(void *ctx, const char *phase, uint64_t done, uint64_t total)
+{
+    work_progress_set(ctx, phase, done, total);
+}
+
+int upstream_model_prepare(const daemon_config *cfg, const char *spec, cache *side,
+                           const _Atomic int *stop, work_progress *prog,
+                           struct upstream_model **out, manifest **man, int *from_cache,
+                           struct fetch_keep **keep, shoal_err *err)
 {
     struct upstream_model *um = calloc(1, sizeof *um);
     fetch_options o = { 0 };
-    int from_cache = 0, rc;
+    fetch_build_opts bo = { 0 };
+    int rc;
 
+    *out = NULL;
+    *man = NULL;
+    *keep = NULL;
     if (!um)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    o.model = spec;
+    o.endpoint = cfg->endpoint;
+    o.token = cfg->token;
+    o.parallel = cfg->parallel;
+    o.split_ways = cfg->parallel;
+    o.demand_headroom = cfg->parallel / 2 < 1 ? 1 : cfg->parallel / 2;   /* upstream_headroom */
+    o.split_min = cfg->split_min;
+    o.stop = stop;
+    rc = fetch_upstream_open(&o, side, &um->u, err);
+    if (rc == 0) {
+        bo.parallel = cfg->parallel;
+        bo.progress = prep_phase;
+        bo.ctx = prog;
+        rc = fetch_manifest_build(um->u, side, &bo, man, from_cache, keep, err);
+    }
+    if (um->u)   /* the side handle is the worker's: forget it */
+        fetch_upstream_set_cache(um->u, NULL);
+    if (rc) {
+        upstream_model_discard(um);
+        return rc;
+    }
+    LOG_DEBUG("upstream", "%s: manifest %s", spec, *from_cache ? "from the cache" : "built");
+    *out = um;
+    return 0;
+}
+
+int upstream_model_attach(shoald *d, model *m, struct upstream_model *um, shoal_err *err)
+{
     um->d = d;
     um->m = m;
     m->up = um;
+    m->local = fetch_upstream_is_local(um->u);
+    fetch_upstream_set_cache(um->u, d->cache);
     um->ev_timer = event_new(d->base, -1, 0, on_timer, um);
     if (!um->ev_timer)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
-    o.model = m->spec;
-    o.endpoint = d->cfg.endpoint;
-    o.token = d->cfg.token;
-    o.parallel = d->cfg.parallel;
-    o.split_ways = d->cfg.parallel;
-    o.demand_headroom = upstream_headroom(d);
-    o.split_min = d->cfg.split_min;
-    rc = fetch_upstream_open(&o, d->cache, &um->u, err);
-    if (rc)
-        return rc;
-    m->local = fetch_upstream_is_local(um->u);
-    rc = fetch_manifest_get(um->u, d->cache, &m->man, &from_cache, err);
-    if (rc)
-        return rc;
-    LOG_DEBUG("upstream", "%s: manifest %s", m->spec, from_cache ? "from the cache" : "built");
     return 0;
+}
+
+void upstream_model_discard(struct upstream_model *um)
+{
+    if (!um)
+        return;
+    fetch_upstream_free(um->u);
+    free(um);
 }
 
 void upstream_model_free(model *m)
@@ -386,7 +422,7 @@ void upstream_park_all(shoald *d)
 
 int upstream_headroom(const shoald *d)
 {
-    int h = d->cfg.parallel / 2;
+    int h = d->cfg.parallel / 2;   /* as upstream_model_prepare's demand_headroom */
     return h < 1 ? 1 : h;
 }
 

@@ -44,6 +44,7 @@ struct warm_job {
     int32_t *pairs;                /* selection 4 (experts) or 3 (resolved) */
     size_t   npairs;
     model   *m;                    /* NULL until (re)opened */
+    int      opening;              /* its model is being opened on a worker */
     objref  *items;
     size_t   nitems, cursor;
     waiter   w[WARM_WINDOW];
@@ -310,17 +311,51 @@ void warm_waiter_done(warm_job *j, waiter *w, int rc, const char *msg, uint64_t 
     job_pump(j->W, j);
 }
 
+static void job_begin(struct warm *W, warm_job *j);
+
+static void job_retry_later(struct warm *W, warm_job *j, const shoal_err *err)
+{
+    struct timeval tv = { WARM_RETRY_SECS, 0 };
+    snprintf(j->last_error, sizeof j->last_error, "%s", err->msg);
+    LOG_WARN("warm", "job %llu: cannot open %s (retrying in %d s): %s",
+             (unsigned long long)j->id, j->spec, WARM_RETRY_SECS, err->msg);
+    event_add(W->ev_retry, &tv);
+}
+
+/* The job's model, opened on a worker (model.c). */
+static void job_model_ready(shoald *d, void *ctx, model *m, const shoal_err *err)
+{
+    warm_job *j = ctx;
+    j->opening = 0;
+    if (d->stopping) {
+        model_release(d, m);
+        return;
+    }
+    if (!m) {
+        job_retry_later(j->W, j, err);
+        return;
+    }
+    j->m = m;
+    job_begin(j->W, j);
+}
+
 /* Open the job's model and build its list; on failure retry later. */
 static void job_begin(struct warm *W, warm_job *j)
 {
     shoal_err err = { 0 };
-    if (!j->m && model_acquire(W->d, j->spec, &j->m, &err) != 0) {
-        struct timeval tv = { WARM_RETRY_SECS, 0 };
-        snprintf(j->last_error, sizeof j->last_error, "%s", err.msg);
-        LOG_WARN("warm", "job %llu: cannot open %s (retrying in %d s): %s",
-                 (unsigned long long)j->id, j->spec, WARM_RETRY_SECS, err.msg);
-        event_add(W->ev_retry, &tv);
-        return;
+    if (!j->m) {
+        int rc;
+        if (j->opening)
+            return;
+        rc = model_open(W->d, j->spec, job_model_ready, j, NULL, &j->m, &err);
+        if (rc == 1) {
+            j->opening = 1;   /* job_model_ready goes on */
+            return;
+        }
+        if (rc < 0) {
+            job_retry_later(W, j, &err);
+            return;
+        }
     }
     if (job_build(W, j, &err) != 0) {
         j->errors++;

@@ -18,12 +18,17 @@
  * clients (the daemon), nor reading the environment (the program does).
  *
  * No libcurl or libevent type appears here.  A session and its upstream are
- * used from one thread.  docs/fetcher.md describes the behaviour.
+ * used from one thread at a time; a manifest build reads the shards'
+ * headers on several threads of its own (each with its own Hub client), so
+ * the upstream may be opened and built on a worker thread and then handed
+ * to the thread that runs its sessions (fetch_upstream_set_cache).
+ * docs/fetcher.md describes the behaviour.
  */
 #ifndef SHOAL_FETCHER_FETCH_H
 #define SHOAL_FETCHER_FETCH_H
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -69,6 +74,11 @@ typedef struct fetch_options {
     long        backoff_max_ms;  /* cap; 0: 8000 */
     long        max_wait_s;      /* cap on a server's Retry-After; 0: 60 */
     uint32_t    seed;            /* jitter PRNG seed; 0: from the clock */
+    const _Atomic int *stop;     /* when *stop becomes nonzero, the blocking
+                                    metadata calls (open, manifest build) give
+                                    up soon with SHOAL_ECANCELED: a request
+                                    in flight is abandoned, a backoff cut
+                                    short.  NULL: never */
 } fetch_options;
 
 /* ---- upstreams ------------------------------------------------------------ */
@@ -83,6 +93,11 @@ typedef struct fetch_upstream fetch_upstream;
  * revision or file, SHOAL_EINVAL for a bad spec. */
 int fetch_upstream_open(const fetch_options *o, cache *c, fetch_upstream **out, shoal_err *err);
 void fetch_upstream_free(fetch_upstream *u);
+
+/* From now on record resolutions in c (may be NULL): the upstream was
+ * opened on a worker thread's side handle and goes on in a session on the
+ * writer's thread (cache/cache.h, "Threads"). */
+void fetch_upstream_set_cache(fetch_upstream *u, cache *c);
 
 /* The pinned commit ("local-<hex>" for a directory); borrowed. */
 const char *fetch_upstream_commit(const fetch_upstream *u);
@@ -109,8 +124,8 @@ void fetch_upstream_stats(const fetch_upstream *u, fetch_stats *out);
 
 /* The manifest of the pinned model: from the cache if it was built before
  * (*from_cache = 1), else built from config.json, the index and every
- * language shard's header (read by range) and stored in the cache as a
- * derived object.  Refuses, naming the tensor or file: index file names
+ * language shard's header (read by range, several at once) and stored in
+ * the cache as a derived object, with what fetch_keep lists.  Refuses, naming the tensor or file: index file names
  * with "..", absolute paths or control bytes; tensors missing from their
  * shard; hostile safetensors headers (common/safetensors.h); an expert
  * whose six records are missing, out of checkpoint order, not back to
@@ -119,6 +134,57 @@ void fetch_upstream_stats(const fetch_upstream *u, fetch_stats *out);
  * skipped.  Caller frees *out.  c may be NULL (always built). */
 int fetch_manifest_get(fetch_upstream *u, cache *c, manifest **out, int *from_cache,
                        shoal_err *err);
+
+/* What a manifest build read that is worth keeping in the cache, for a
+ * caller whose handle may not write objects (a worker thread's side
+ * handle): the encoded manifest (a derived object, pinned, recorded under
+ * FETCH_MANIFEST_PATH) and, per language shard, its safetensors header
+ * [0, 8+N) and the bytes of any tensor outside the language model (small-
+ * file objects), so that a shard whose tensors are all cached is cached
+ * from byte 0 to its end and `verify --deep` can hash it against its
+ * sha256 etag.  Bytes outside the language model are kept only up to
+ * FETCH_KEEP_GAP_MAX per shard (a shard with a larger vision part stays
+ * unchecked; K3's vision shards hold no language tensor at all). */
+#define FETCH_KEEP_GAP_MAX (16u << 20)
+
+typedef struct fetch_keep_item {
+    cache_key   key;             /* key.etag points into the item */
+    cache_kind  kind;
+    cache_names names;           /* borrowed from the list */
+    const uint8_t *data;         /* key.length bytes, owned by the list */
+    int         pin;             /* pin after commit (kind pins cover the rest) */
+} fetch_keep_item;
+
+typedef struct fetch_keep fetch_keep;
+size_t fetch_keep_count(const fetch_keep *k);
+const fetch_keep_item *fetch_keep_at(const fetch_keep *k, size_t i);
+/* Item i is cached (committed now, or found cached at begin): pin it if it
+ * asks and record what makes it findable (the manifest's file record).
+ * On the writer's thread. */
+int fetch_keep_done(fetch_keep *k, size_t i, cache *c, shoal_err *err);
+/* Store every item through a writer handle (begin, append, commit,
+ * done); failures are logged and skipped (the next build reads again). */
+void fetch_keep_store(fetch_keep *k, cache *c);
+void fetch_keep_free(fetch_keep *k);
+
+/* Progress of a build: phase "resolve", "index", "headers" (done of total
+ * shards) or "build".  May be called from several threads at once. */
+typedef void (*fetch_phase_fn)(void *ctx, const char *phase, uint64_t done, uint64_t total);
+
+typedef struct fetch_build_opts {
+    int            parallel;     /* header reads at once; 0: the upstream's
+                                    parallel (each reader its own connection) */
+    fetch_phase_fn progress;     /* may be NULL */
+    void          *ctx;
+} fetch_build_opts;
+
+/* fetch_manifest_get for a handle that may only read objects: the
+ * manifest from c (may be a side handle or NULL) or built, with the shard
+ * headers read `parallel` at once; nothing is stored, and when it was
+ * built *keep (caller frees) lists what to store (NULL when it came from
+ * the cache).  o may be NULL. */
+int fetch_manifest_build(fetch_upstream *u, cache *c, const fetch_build_opts *o, manifest **out,
+                         int *from_cache, fetch_keep **keep, shoal_err *err);
 
 /* ---- what to fetch --------------------------------------------------------------- */
 

@@ -5,6 +5,7 @@
 #ifndef SHOAL_FETCHER_FETCH_INT_H
 #define SHOAL_FETCHER_FETCH_INT_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "fetcher/fetch.h"
@@ -34,7 +35,19 @@ struct fetch_upstream {
     size_t       nfiles, cap_files;
     fetch_stats  st;
     uint64_t     rng;           /* xorshift64* state for jitter */
+    /* Guards files, st, rng and the cache calls while a manifest build
+     * reads headers on several threads (each with its own hub_client). */
+    pthread_mutex_t mu;
 };
+
+/* A Hub client like u->hc, for a thread of its own.  Caller frees. */
+int up_client_new(fetch_upstream *u, hub_client **out, shoal_err *err);
+
+/* up_stat and up_read over the client hc (NULL: u->hc), from any thread. */
+int up_stat_on(fetch_upstream *u, hub_client *hc, const char *path, char *etag, size_t cap,
+               uint64_t *size, shoal_err *err);
+int up_read_on(fetch_upstream *u, hub_client *hc, const char *path, uint64_t off, size_t len,
+               void *buf, shoal_err *err);
 
 /* The record of path, created (unresolved) when absent; NULL when out of
  * memory.  The pointer stays valid until fetch_upstream_free(). */

@@ -54,6 +54,8 @@ struct hub_client {
     uint64_t    progress_ns;  /* when the byte count last moved */
     curl_off_t  progress_bytes;
     int         stalled;      /* the progress callback gave up */
+    int         stopped;      /* ... because *stop was set */
+    const _Atomic int *stop;
     char        errbuf[CURL_ERROR_SIZE];
     http_headers hdr;
     int         sent_token;   /* the last request carried the token */
@@ -215,6 +217,7 @@ int hub_client_new(const hub_options *opt, hub_client **out, shoal_err *err)
     http_user_agent(c->user_agent, sizeof c->user_agent);
     c->connect_timeout_ms = opt && opt->connect_timeout_ms > 0 ? opt->connect_timeout_ms : 10000;
     c->stall_secs = opt && opt->stall_secs > 0 ? opt->stall_secs : 30;
+    c->stop = opt ? opt->stop : NULL;
     c->retry_after = -1;
     *out = c;
     return 0;
@@ -262,6 +265,10 @@ static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off
     (void)dltotal;
     (void)ultotal;
     (void)ulnow;
+    if (c->stop && atomic_load(c->stop)) {
+        c->stopped = 1;
+        return 1;
+    }
     if (dlnow != c->progress_bytes) {
         c->progress_bytes = dlnow;
         c->progress_ns = now;
@@ -298,6 +305,7 @@ static struct curl_slist *hub_prepare(hub_client *c, const char *url, const char
     c->progress_ns = shoal_now_ns();
     c->progress_bytes = 0;
     c->stalled = 0;
+    c->stopped = 0;
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->errbuf);
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);   /* fewer, larger writes */
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
@@ -320,6 +328,8 @@ static int hub_perform(hub_client *c, const char *what, const char *url, shoal_e
     c->retry_after = http_wait_hint(&c->hdr);
     if (cc != CURLE_OK) {
         int code = http_curl_code_map(cc);
+        if (c->stopped)
+            return shoal_err_set(err, SHOAL_ECANCELED, "%s %s: stopped", what, url);
         if (c->stalled)
             return shoal_err_set(err, SHOAL_ETIMEOUT, "%s %s: no progress for %ld s (stalled)",
                                  what, url, c->stall_secs);

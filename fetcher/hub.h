@@ -19,6 +19,7 @@
 #ifndef SHOAL_FETCHER_HUB_H
 #define SHOAL_FETCHER_HUB_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,6 +58,9 @@ typedef struct hub_options {
     long        connect_timeout_ms;/* 0: 10000 */
     long        stall_secs;        /* give up when no byte arrives for this
                                       long (0: 30) */
+    const _Atomic int *stop;       /* when *stop becomes nonzero, a request in
+                                      flight is abandoned within ~1 s:
+                                      SHOAL_ECANCELED (NULL: never) */
 } hub_options;
 
 typedef struct hub_client hub_client;

@@ -7,8 +7,26 @@
  * its six records back to back in checkpoint order with the sizes the
  * config implies.  Reads go through up_stat()/up_read(), so a Hub and a
  * snapshot directory give the same manifest.
+ *
+ * The shard headers (K3: 96 shards, three requests each, ~790 KB apiece)
+ * are read by `parallel` threads, each with its own blocking Hub client
+ * (up_client_new): the strict checks, retries, CDN re-resolves and the
+ * token rule of the one metadata path apply unchanged, and ~300 requests
+ * of at most a megabyte do not need libcurl multi's scale.  Each thread
+ * also parses its shards, which is most of the build's CPU.  Results land
+ * in per-shard slots; files are added to the manifest afterwards, in shard
+ * order, so the manifest does not depend on which thread finished first,
+ * and the first failing shard (by order) names the error.
+ *
+ * What a build read and is worth keeping (fetch_keep: the encoded
+ * manifest, each shard's header [0, 8+N) and the bytes of tensors outside
+ * the language model) is stored by fetch_manifest_get or handed to the
+ * caller by fetch_manifest_build.
  */
 #include "fetcher/fetch_int.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -40,10 +58,26 @@ static const char *const expert_records[6] = {
     "w2.weight_scale", "w3.weight_packed", "w3.weight_scale",
 };
 
+/* Bytes of a shard no manifest object covers (tensors outside the
+ * language model), kept so the shard can be cached from end to end. */
+typedef struct gap {
+    uint64_t off, len;
+    uint8_t *p;
+} gap;
+
 typedef struct shard {
     char    *path;
     uint32_t file;
     st_file *st;
+    /* filled by the header reader (any thread) */
+    char     etag[HUB_ETAG_MAX];
+    uint64_t size;
+    uint8_t *head;          /* [0, 8+N) when kept */
+    size_t   head_len;
+    gap     *gaps;
+    size_t   ngaps;
+    int      rc;
+    shoal_err err;
 } shard;
 
 typedef struct entry {
@@ -59,6 +93,8 @@ typedef struct rec {
 typedef struct builder {
     fetch_upstream *u;
     manifest       *m;
+    const fetch_build_opts *o;
+    int             keep;   /* hold the headers and gaps for fetch_keep */
     k3_config       cfg;
     shard          *shards;
     size_t          nshards, cap_shards, last_shard;
@@ -68,6 +104,10 @@ typedef struct builder {
     shoal_err      *err;
     int             rc;
 } builder;
+
+static int keep_build(fetch_upstream *u, const manifest *m, const builder *b, fetch_keep **out,
+                      shoal_err *err);
+static void manifest_key_etag(const fetch_upstream *u, char *out, size_t cap);
 
 /* ---- reading small files ------------------------------------------------------- */
 
@@ -150,41 +190,179 @@ static int on_weight(const char *key, shoal_json *value, void *ctx)
 
 /* ---- shard headers ---------------------------------------------------------------- */
 
-static int read_header(builder *b, shard *sh)
+static int is_language(const char *name)
+{
+    return strncmp(name, LM_PREFIX, sizeof LM_PREFIX - 1) == 0;
+}
+
+/* The runs of tensors outside the language model, read when they are
+ * small enough to keep (FETCH_KEEP_GAP_MAX per shard). */
+static int read_gaps(builder *b, shard *sh, hub_client *hc)
+{
+    size_t n = st_count(sh->st), cap = 0;
+    uint64_t total = 0;
+    int rc = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const st_tensor *t = st_at(sh->st, i);
+        if (is_language(t->name) || t->end == t->begin)
+            continue;
+        total += t->end - t->begin;
+        if (sh->ngaps && sh->gaps[sh->ngaps - 1].off + sh->gaps[sh->ngaps - 1].len == t->begin) {
+            sh->gaps[sh->ngaps - 1].len += t->end - t->begin;
+            continue;
+        }
+        if (sh->ngaps == cap) {
+            size_t nc = cap ? cap * 2 : 4;
+            gap *p = realloc(sh->gaps, nc * sizeof *p);
+            if (!p)
+                return shoal_err_set(&sh->err, SHOAL_ENOMEM, "out of memory");
+            sh->gaps = p;
+            cap = nc;
+        }
+        sh->gaps[sh->ngaps++] = (gap){ t->begin, t->end - t->begin, NULL };
+    }
+    if (total > FETCH_KEEP_GAP_MAX) {
+        LOG_INFO("fetch", "%s: %" PRIu64 " bytes of tensors outside the language model are not "
+                 "kept; deep verify cannot check this shard", sh->path, total);
+        free(sh->gaps);
+        sh->gaps = NULL;
+        sh->ngaps = 0;
+        return 0;
+    }
+    for (size_t i = 0; rc == 0 && i < sh->ngaps; i++) {
+        gap *g = &sh->gaps[i];
+        if (!(g->p = malloc((size_t)g->len)))
+            return shoal_err_set(&sh->err, SHOAL_ENOMEM, "out of memory");
+        rc = up_read_on(b->u, hc, sh->path, g->off, (size_t)g->len, g->p, &sh->err);
+    }
+    return rc;
+}
+
+/* Resolve, read and parse one shard's header over hc.  Any thread: it
+ * touches only sh (and the upstream through its locked helpers). */
+static int read_header(builder *b, shard *sh, hub_client *hc)
 {
     fetch_upstream *u = b->u;
-    char etag[HUB_ETAG_MAX];
-    uint64_t size, n;
+    uint64_t n;
     uint8_t *p = NULL;
     size_t got;
-    int rc = up_stat(u, sh->path, etag, sizeof etag, &size, b->err);
+    shoal_err *err = &sh->err;
+    int rc = up_stat_on(u, hc, sh->path, sh->etag, sizeof sh->etag, &sh->size, err);
 
-    rc = rc ? rc : manifest_file_add(b->m, sh->path, etag, size, &sh->file, b->err);
     if (rc)
         return rc;
-    if (size < 8)
-        return shoal_err_set(b->err, SHOAL_EFORMAT, "%s: %" PRIu64 " bytes is too short for a "
-                             "safetensors file", sh->path, size);
-    got = (size_t)(size < HEADER_PROBE ? size : HEADER_PROBE);
+    if (sh->size < 8)
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s: %" PRIu64 " bytes is too short for a "
+                             "safetensors file", sh->path, sh->size);
+    got = (size_t)(sh->size < HEADER_PROBE ? sh->size : HEADER_PROBE);
     p = malloc(got);
     if (!p)
-        return shoal_err_set(b->err, SHOAL_ENOMEM, "out of memory");
-    rc = up_read(u, sh->path, 0, got, p, b->err);
-    rc = rc ? rc : st_header_len(p, size, &n, b->err);
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    rc = up_read_on(u, hc, sh->path, 0, got, p, err);
+    rc = rc ? rc : st_header_len(p, sh->size, &n, err);
     if (rc == 0 && 8 + n > got) {
         uint8_t *q = realloc(p, (size_t)(8 + n));
         if (!q) {
-            rc = shoal_err_set(b->err, SHOAL_ENOMEM, "out of memory for a %" PRIu64
+            rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory for a %" PRIu64
                                "-byte header", n);
         } else {
             p = q;
-            rc = up_read(u, sh->path, got, (size_t)(8 + n - got), p + got, b->err);
+            rc = up_read_on(u, hc, sh->path, got, (size_t)(8 + n - got), p + got, err);
         }
     }
-    rc = rc ? rc : st_parse(p + 8, (size_t)n, size, &sh->st, b->err);
+    rc = rc ? rc : st_parse(p + 8, (size_t)n, sh->size, &sh->st, err);
+    if (rc == 0 && b->keep) {
+        sh->head = p;
+        sh->head_len = (size_t)(8 + n);
+        p = NULL;
+        rc = read_gaps(b, sh, hc);
+    }
     free(p);
     if (rc)
-        shoal_err_wrap(b->err, rc, "shard %s", sh->path);
+        shoal_err_wrap(err, rc, "shard %s", sh->path);
+    return rc;
+}
+
+typedef struct header_pool {
+    builder     *b;
+    _Atomic size_t next, done;
+    _Atomic int  failed;
+} header_pool;
+
+static void *header_thread(void *arg)
+{
+    header_pool *P = arg;
+    builder *b = P->b;
+    hub_client *hc = NULL;
+    shoal_err e = { 0 };
+    int rc = up_client_new(b->u, &hc, &e);
+
+    for (;;) {
+        size_t i = atomic_fetch_add(&P->next, 1);
+        shard *sh;
+        if (i >= b->nshards || atomic_load(&P->failed))
+            break;
+        sh = &b->shards[i];
+        if (rc) {   /* no client for this thread: the shard it took fails */
+            sh->err = e;
+            sh->rc = rc;
+        } else {
+            sh->rc = read_header(b, sh, hc);
+        }
+        if (sh->rc) {
+            atomic_store(&P->failed, 1);
+            break;
+        }
+        if (b->o && b->o->progress)
+            b->o->progress(b->o->ctx, "headers", atomic_fetch_add(&P->done, 1) + 1, b->nshards);
+    }
+    hub_client_free(hc);
+    return NULL;
+}
+
+/* Every shard's header, `parallel` at once; then the files in shard order. */
+static int read_headers(builder *b, shoal_err *err)
+{
+    int want = b->o && b->o->parallel > 0 ? b->o->parallel : b->u->o.parallel;
+    size_t nt = want < 1 ? 1 : (size_t)want, started = 0;
+    pthread_t th[64];
+    header_pool P;
+    int rc = 0;
+
+    if (nt > b->nshards)
+        nt = b->nshards;
+    if (nt > sizeof th / sizeof th[0])
+        nt = sizeof th / sizeof th[0];
+    P.b = b;
+    atomic_init(&P.next, 0);
+    atomic_init(&P.done, 0);
+    atomic_init(&P.failed, 0);
+    if (b->o && b->o->progress)
+        b->o->progress(b->o->ctx, "headers", 0, b->nshards);
+    if (nt <= 1) {
+        header_thread(&P);
+    } else {
+        for (; started < nt; started++)
+            if (pthread_create(&th[started], NULL, header_thread, &P) != 0)
+                break;
+        if (started == 0)
+            header_thread(&P);
+        for (size_t i = 0; i < started; i++)
+            pthread_join(th[i], NULL);
+    }
+    for (size_t i = 0; i < b->nshards; i++) {
+        shard *sh = &b->shards[i];
+        if (sh->rc) {
+            *err = sh->err;
+            return sh->rc;
+        }
+        if (!sh->st)   /* not reached: another shard failed first */
+            return shoal_err_set(err, SHOAL_EINTERNAL, "shard %s was not read", sh->path);
+    }
+    for (size_t i = 0; rc == 0 && i < b->nshards; i++)
+        rc = manifest_file_add(b->m, b->shards[i].path, b->shards[i].etag, b->shards[i].size,
+                               &b->shards[i].file, err);
     return rc;
 }
 
@@ -326,13 +504,24 @@ static void builder_free(builder *b)
     for (size_t i = 0; i < b->nshards; i++) {
         free(b->shards[i].path);
         st_free(b->shards[i].st);
+        free(b->shards[i].head);
+        for (size_t g = 0; g < b->shards[i].ngaps; g++)
+            free(b->shards[i].gaps[g].p);
+        free(b->shards[i].gaps);
     }
     free(b->shards);
     free(b->entries);
     free(b->recs);
 }
 
-static int build(fetch_upstream *u, manifest **out, shoal_err *err)
+static void phase(const builder *b, const char *name)
+{
+    if (b->o && b->o->progress)
+        b->o->progress(b->o->ctx, name, 0, 0);
+}
+
+static int build(fetch_upstream *u, const fetch_build_opts *o, int keep, manifest **out,
+                 fetch_keep **kept, shoal_err *err)
 {
     builder b;
     uint8_t *cfg_bytes = NULL, *idx = NULL;
@@ -342,7 +531,10 @@ static int build(fetch_upstream *u, manifest **out, shoal_err *err)
 
     memset(&b, 0, sizeof b);
     b.u = u;
+    b.o = o;
+    b.keep = keep;
     b.err = err;
+    phase(&b, "index");
     b.m = manifest_new();
     if (!b.m)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
@@ -377,8 +569,9 @@ static int build(fetch_upstream *u, manifest **out, shoal_err *err)
     if (rc == 0 && !(b.recs = calloc((size_t)b.cfg.n_layers * (size_t)b.cfg.n_experts * 6,
                                      sizeof *b.recs)))
         rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
-    for (size_t i = 0; rc == 0 && i < b.nshards; i++)
-        rc = read_header(&b, &b.shards[i]);
+    rc = rc ? rc : read_headers(&b, err);
+    if (rc == 0)
+        phase(&b, "build");
     for (size_t i = 0; rc == 0 && i < b.nentries; i++)
         rc = add_entry(&b, &b.entries[i]);
     if (rc == 0) {
@@ -388,6 +581,8 @@ static int build(fetch_upstream *u, manifest **out, shoal_err *err)
         rc = add_experts(&b);
     }
     rc = rc ? rc : manifest_finish(b.m, err);
+    if (rc == 0 && keep)
+        rc = keep_build(u, b.m, &b, kept, err);
     builder_free(&b);
     shoal_json_free(cj);
     shoal_json_free(ij);
@@ -441,55 +636,192 @@ static int load_cached(fetch_upstream *u, cache *c, manifest **out)
     return rc ? -1 : 0;
 }
 
-static void store(fetch_upstream *u, cache *c, const manifest *m)
-{
-    char etag[CACHE_ETAG_MAX];
-    cache_names names = CACHE_NAMES_NONE;
-    cache_writer *w = NULL;
-    cache_file cf;
-    cache_key key;
-    shoal_buf b;
-    shoal_err e;
-    int rc;
+/* ---- what a build keeps --------------------------------------------------------------- */
 
-    shoal_buf_init(&b, MANIFEST_ENCODED_MAX + 64);
-    manifest_key_etag(u, etag, sizeof etag);
-    rc = manifest_encode(m, &b, &e);
-    key = (cache_key){ etag, 0, b.len };
-    names.endpoint = up_model_endpoint(u);
-    names.repo = u->spec.repo;
-    names.revision = u->spec.revision;
-    names.commit = u->commit;
-    names.file = FETCH_MANIFEST_PATH;
-    rc = rc ? rc : cache_write_begin(c, &key, CACHE_KIND_DERIVED, &names, &w, &e);
-    if (rc == 0) {
-        rc = cache_write_append(w, b.data, b.len, &e);
-        if (rc)
-            cache_write_abort(w);
-        else
-            rc = cache_write_commit(w, NULL, &e);
+struct fetch_keep {
+    fetch_keep_item *v;
+    size_t   n, cap;
+    char    *endpoint, *repo, *revision, *commit;   /* the names' model */
+    char   **paths;                                 /* per item, owned */
+    char   (*etags)[CACHE_ETAG_MAX + 1];
+    uint8_t **data;
+    cache_file manifest_rec;     /* recorded when the manifest item is done */
+    size_t   manifest_item;      /* its index */
+};
+
+/* Add an item; data is taken (freed with the list, also on failure). */
+static int keep_add(fetch_keep *k, const char *etag, uint64_t off, uint64_t len, cache_kind kind,
+                    const char *path, uint8_t *data, int pin)
+{
+    if (k->n == k->cap) {
+        size_t nc = k->cap ? k->cap * 2 : 16;
+        void *a = realloc(k->v, nc * sizeof *k->v), *b2, *c2, *d2;
+        if (a)
+            k->v = a;
+        b2 = realloc(k->paths, nc * sizeof *k->paths);
+        if (b2)
+            k->paths = b2;
+        c2 = realloc(k->etags, nc * sizeof *k->etags);
+        if (c2)
+            k->etags = c2;
+        d2 = realloc(k->data, nc * sizeof *k->data);
+        if (d2)
+            k->data = d2;
+        if (!a || !b2 || !c2 || !d2) {
+            free(data);
+            return SHOAL_ENOMEM;
+        }
+        k->cap = nc;
     }
-    if (rc == 0 || rc == SHOAL_EEXIST) {
-        cache_pin(c, &key, 1, NULL);
-        memset(&cf, 0, sizeof cf);
-        snprintf(cf.endpoint, sizeof cf.endpoint, "%s", u->endpoint);
-        snprintf(cf.repo, sizeof cf.repo, "%s", u->spec.repo);
-        snprintf(cf.commit, sizeof cf.commit, "%s", u->commit);
-        snprintf(cf.path, sizeof cf.path, "%s", FETCH_MANIFEST_PATH);
-        snprintf(cf.etag, sizeof cf.etag, "%s", etag);
-        cf.size = b.len;
-        rc = cache_file_put(c, &cf, &e);
+    snprintf(k->etags[k->n], sizeof k->etags[k->n], "%s", etag);
+    k->paths[k->n] = strdup(path);
+    k->data[k->n] = data;
+    if (!k->paths[k->n]) {
+        free(data);
+        return SHOAL_ENOMEM;
     }
-    if (rc)
-        LOG_WARN("fetch", "keeping the manifest in the cache: %s", e.msg);
-    shoal_buf_free(&b);
+    k->v[k->n] = (fetch_keep_item){ { NULL, off, len }, kind, CACHE_NAMES_NONE, data, pin };
+    k->n++;
+    return 0;
 }
 
-int fetch_manifest_get(fetch_upstream *u, cache *c, manifest **out, int *from_cache,
-                       shoal_err *err)
+/* Point every item at its strings (once the arrays stopped growing). */
+static void keep_names(fetch_keep *k)
+{
+    for (size_t i = 0; i < k->n; i++) {
+        cache_names *nm = &k->v[i].names;
+        k->v[i].key.etag = k->etags[i];
+        nm->endpoint = k->endpoint;
+        nm->repo = k->repo;
+        nm->revision = k->revision;
+        nm->commit = k->commit;
+        nm->file = k->paths[i];
+    }
+}
+
+static int keep_build(fetch_upstream *u, const manifest *m, const builder *b, fetch_keep **out,
+                      shoal_err *err)
+{
+    fetch_keep *k = calloc(1, sizeof *k);
+    char etag[CACHE_ETAG_MAX];
+    shoal_buf enc;
+    int rc = k ? 0 : SHOAL_ENOMEM;
+
+    shoal_buf_init(&enc, MANIFEST_ENCODED_MAX + 64);
+    if (rc == 0 && (!(k->endpoint = strdup(up_model_endpoint(u))) ||
+                    !(k->repo = strdup(u->spec.repo)) || !(k->revision = strdup(u->spec.revision)) ||
+                    !(k->commit = strdup(u->commit))))
+        rc = SHOAL_ENOMEM;
+    if (rc == 0 && (rc = manifest_encode(m, &enc, err)) == 0) {
+        uint8_t *p = malloc(enc.len ? enc.len : 1);
+        manifest_key_etag(u, etag, sizeof etag);
+        if (!p) {
+            rc = SHOAL_ENOMEM;
+        } else {
+            memcpy(p, enc.data, enc.len);
+            k->manifest_item = k->n;
+            rc = keep_add(k, etag, 0, enc.len, CACHE_KIND_DERIVED, FETCH_MANIFEST_PATH, p, 1);
+        }
+        snprintf(k->manifest_rec.endpoint, sizeof k->manifest_rec.endpoint, "%s", u->endpoint);
+        snprintf(k->manifest_rec.repo, sizeof k->manifest_rec.repo, "%s", u->spec.repo);
+        snprintf(k->manifest_rec.commit, sizeof k->manifest_rec.commit, "%s", u->commit);
+        snprintf(k->manifest_rec.path, sizeof k->manifest_rec.path, "%s", FETCH_MANIFEST_PATH);
+        snprintf(k->manifest_rec.etag, sizeof k->manifest_rec.etag, "%s", etag);
+        k->manifest_rec.size = enc.len;
+    }
+    for (size_t i = 0; rc == 0 && i < b->nshards; i++) {
+        shard *sh = &b->shards[i];
+        if (!sh->head)
+            continue;
+        rc = keep_add(k, sh->etag, 0, sh->head_len, CACHE_KIND_SMALL, sh->path, sh->head, 0);
+        sh->head = NULL;
+        for (size_t g = 0; rc == 0 && g < sh->ngaps; g++) {
+            rc = keep_add(k, sh->etag, sh->gaps[g].off, sh->gaps[g].len, CACHE_KIND_SMALL,
+                          sh->path, sh->gaps[g].p, 0);
+            sh->gaps[g].p = NULL;
+        }
+    }
+    shoal_buf_free(&enc);
+    if (rc) {
+        fetch_keep_free(k);
+        return rc == SHOAL_ENOMEM ? shoal_err_set(err, rc, "out of memory") : rc;
+    }
+    keep_names(k);
+    *out = k;
+    return 0;
+}
+
+size_t fetch_keep_count(const fetch_keep *k)
+{
+    return k ? k->n : 0;
+}
+
+const fetch_keep_item *fetch_keep_at(const fetch_keep *k, size_t i)
+{
+    return k && i < k->n ? &k->v[i] : NULL;
+}
+
+int fetch_keep_done(fetch_keep *k, size_t i, cache *c, shoal_err *err)
+{
+    int rc = 0;
+    if (i >= k->n)
+        return 0;
+    if (k->v[i].pin)
+        rc = cache_pin(c, &k->v[i].key, 1, err);
+    if (rc == 0 && i == k->manifest_item)
+        rc = cache_file_put(c, &k->manifest_rec, err);
+    return rc;
+}
+
+void fetch_keep_store(fetch_keep *k, cache *c)
+{
+    for (size_t i = 0; k && i < k->n; i++) {
+        const fetch_keep_item *it = &k->v[i];
+        cache_writer *w = NULL;
+        shoal_err e = { 0 };
+        int rc = cache_write_begin(c, &it->key, it->kind, &it->names, &w, &e);
+        if (rc == 0) {
+            rc = cache_write_append(w, it->data, (size_t)it->key.length, &e);
+            if (rc)
+                cache_write_abort(w);
+            else
+                rc = cache_write_commit(w, NULL, &e);
+        }
+        if (rc == 0 || rc == SHOAL_EEXIST)
+            rc = fetch_keep_done(k, i, c, &e);
+        if (rc)
+            LOG_WARN("fetch", "keeping %s [%llu, +%llu) in the cache: %s", it->names.file,
+                     (unsigned long long)it->key.offset, (unsigned long long)it->key.length,
+                     e.msg);
+    }
+}
+
+void fetch_keep_free(fetch_keep *k)
+{
+    if (!k)
+        return;
+    for (size_t i = 0; i < k->n; i++) {
+        free(k->paths[i]);
+        free(k->data[i]);
+    }
+    free(k->v);
+    free(k->paths);
+    free(k->etags);
+    free(k->data);
+    free(k->endpoint);
+    free(k->repo);
+    free(k->revision);
+    free(k->commit);
+    free(k);
+}
+
+int fetch_manifest_build(fetch_upstream *u, cache *c, const fetch_build_opts *o, manifest **out,
+                         int *from_cache, fetch_keep **keep, shoal_err *err)
 {
     int rc;
     *out = NULL;
+    if (keep)
+        *keep = NULL;
     if (from_cache)
         *from_cache = 0;
     if (c && load_cached(u, c, out) == 0) {
@@ -497,14 +829,23 @@ int fetch_manifest_get(fetch_upstream *u, cache *c, manifest **out, int *from_ca
             *from_cache = 1;
         return 0;
     }
-    rc = build(u, out, err);
+    rc = build(u, o, keep != NULL, out, keep, err);
     if (rc)
         return rc;
     LOG_INFO("fetch", "manifest of %s@%s: %zu files, %zu tensors, %zu experts", u->spec.repo,
              u->commit, (*out)->nfiles, (*out)->ntensors, (*out)->nexperts);
-    if (c)
-        store(u, c, *out);
     return 0;
+}
+
+int fetch_manifest_get(fetch_upstream *u, cache *c, manifest **out, int *from_cache,
+                       shoal_err *err)
+{
+    fetch_keep *k = NULL;
+    int rc = fetch_manifest_build(u, c, NULL, out, from_cache, c ? &k : NULL, err);
+    if (rc == 0 && k)
+        fetch_keep_store(k, c);
+    fetch_keep_free(k);
+    return rc;
 }
 
 /* ---- selections ----------------------------------------------------------------------- */

@@ -7,6 +7,12 @@
  * identity (etags from Hugging Face cache symlinks, else from file
  * metadata).  Does not own the multi transfers (xfer_*.c) nor the manifest
  * (model.c).
+ *
+ * Threads: a manifest build reads shard headers on several threads, each
+ * with its own hub_client (up_client_new, the *_on functions); u->mu
+ * guards what they share — the file records, the counters, the jitter
+ * state and the cache handle — and is never held across a request.
+ * Backoff sleeps are cut short when o.stop is set.
  */
 #include "fetcher/fetch_int.h"
 
@@ -49,7 +55,19 @@ static char *dup_or_null(const char *s)
     return s && s[0] ? strdup(s) : NULL;
 }
 
-up_file *up_file_get(fetch_upstream *u, const char *path)
+static void st_inc(fetch_upstream *u, uint64_t *counter)
+{
+    pthread_mutex_lock(&u->mu);
+    (*counter)++;
+    pthread_mutex_unlock(&u->mu);
+}
+
+static int stopped(const fetch_upstream *u)
+{
+    return u->o.stop && atomic_load(u->o.stop);
+}
+
+static up_file *file_get_locked(fetch_upstream *u, const char *path)
 {
     up_file *f;
     for (size_t i = 0; i < u->nfiles; i++)
@@ -72,17 +90,28 @@ up_file *up_file_get(fetch_upstream *u, const char *path)
     return f;
 }
 
+up_file *up_file_get(fetch_upstream *u, const char *path)
+{
+    up_file *f;
+    pthread_mutex_lock(&u->mu);
+    f = file_get_locked(u, path);
+    pthread_mutex_unlock(&u->mu);
+    return f;
+}
+
 long up_backoff_ms(fetch_upstream *u, int attempt, long hint_s)
 {
     long base = u->o.backoff_ms, cap = u->o.backoff_max_ms, ms;
     uint64_t x;
 
     /* xorshift64*: jitter so that parallel transfers do not retry in step. */
+    pthread_mutex_lock(&u->mu);
     x = u->rng;
     x ^= x >> 12;
     x ^= x << 25;
     x ^= x >> 27;
     u->rng = x;
+    pthread_mutex_unlock(&u->mu);
     x *= 0x2545F4914F6CDD1Dull;
     if (hint_s >= 0)   /* the server's word, plus up to 100 ms */
         return (hint_s < u->o.max_wait_s ? hint_s : u->o.max_wait_s) * 1000 + (long)(x % 100);
@@ -94,11 +123,16 @@ long up_backoff_ms(fetch_upstream *u, int attempt, long hint_s)
     return ms + (long)(x % (uint64_t)(ms / 4 + 1));
 }
 
-static void sleep_ms(long ms)
+/* Sleep ms, in slices of at most 50 ms so that o.stop cuts it short. */
+static void sleep_ms(const fetch_upstream *u, long ms)
 {
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
+    while (ms > 0 && !stopped(u)) {
+        long step = ms < 50 ? ms : 50;
+        struct timespec ts = { 0, step * 1000000L };
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+        ms -= step;
+    }
 }
 
 static int transient(int rc)
@@ -111,11 +145,14 @@ void up_file_store(fetch_upstream *u, up_file *f, const hub_file *hf)
     cache_file cf;
     shoal_err e;
 
+    pthread_mutex_lock(&u->mu);
     f->hf = *hf;
     f->ready = 1;
     f->expires_ms = hf->is_lfs ? http_url_expiry_ms(hf->location) : 0;
-    if (!u->c || u->local)
+    if (!u->c || u->local) {
+        pthread_mutex_unlock(&u->mu);
         return;
+    }
     memset(&cf, 0, sizeof cf);
     snprintf(cf.endpoint, sizeof cf.endpoint, "%s", u->endpoint);
     snprintf(cf.repo, sizeof cf.repo, "%s", u->spec.repo);
@@ -128,6 +165,7 @@ void up_file_store(fetch_upstream *u, up_file *f, const hub_file *hf)
     cf.location_expires_ms = f->expires_ms;
     if (cache_file_put(u->c, &cf, &e) != 0)
         LOG_WARN("fetch", "recording the resolution of %s: %s", f->path, e.msg);
+    pthread_mutex_unlock(&u->mu);
 }
 
 /* The cache index's record, if its location is still good. */
@@ -135,8 +173,12 @@ static int resolve_from_cache(fetch_upstream *u, up_file *f)
 {
     cache_file cf;
     hub_file hf;
+    int rc;
 
-    if (!u->c || cache_file_get(u->c, u->endpoint, u->spec.repo, u->commit, f->path, &cf, NULL))
+    pthread_mutex_lock(&u->mu);
+    rc = !u->c || cache_file_get(u->c, u->endpoint, u->spec.repo, u->commit, f->path, &cf, NULL);
+    pthread_mutex_unlock(&u->mu);
+    if (rc)
         return -1;
     if (!cf.location[0] || (cf.location_expires_ms != 0
                             && cf.location_expires_ms < shoal_wall_ms() + UP_EXPIRY_MARGIN_MS))
@@ -154,23 +196,25 @@ static int resolve_from_cache(fetch_upstream *u, up_file *f)
     return 0;
 }
 
-/* HEAD path at `revision` with retries. */
-static int resolve_head(fetch_upstream *u, const char *revision, const char *path, hub_file *hf,
-                        shoal_err *err)
+/* HEAD path at `revision` with retries, over hc. */
+static int resolve_head(fetch_upstream *u, hub_client *hc, const char *revision, const char *path,
+                        hub_file *hf, shoal_err *err)
 {
     hub_spec sp = u->spec;
     int rc = 0;
 
     snprintf(sp.revision, sizeof sp.revision, "%s", revision);
     for (int attempt = 1;; attempt++) {
-        u->st.requests++;
-        u->st.resolves++;
-        rc = hub_file_resolve(u->hc, &sp, path, hf, err);
+        st_inc(u, &u->st.requests);
+        st_inc(u, &u->st.resolves);
+        rc = hub_file_resolve(hc, &sp, path, hf, err);
         if (rc == 0 || !transient(rc) || attempt >= u->o.max_attempts)
             break;
-        u->st.retries++;
+        st_inc(u, &u->st.retries);
         LOG_INFO("fetch", "resolve %s: %s; retrying", path, err ? err->msg : shoal_strerror(rc));
-        sleep_ms(up_backoff_ms(u, attempt, hub_client_retry_after(u->hc)));
+        sleep_ms(u, up_backoff_ms(u, attempt, hub_client_retry_after(hc)));
+        if (stopped(u))
+            return shoal_err_set(err, SHOAL_ECANCELED, "resolve %s: stopped", path);
     }
     if (rc && transient(rc))
         shoal_err_wrap(err, rc, "giving up after %d attempts (too many failures)",
@@ -189,7 +233,8 @@ int up_cached(fetch_upstream *u, const char *path, up_file **out)
     return !f->ready && resolve_from_cache(u, f) == 0 ? 0 : -1;
 }
 
-int up_resolve(fetch_upstream *u, const char *path, int force, up_file **out, shoal_err *err)
+static int resolve_on(fetch_upstream *u, hub_client *hc, const char *path, int force,
+                      up_file **out, shoal_err *err)
 {
     up_file *f = up_file_get(u, path);
     hub_file hf;
@@ -205,7 +250,7 @@ int up_resolve(fetch_upstream *u, const char *path, int force, up_file **out, sh
         return 0;
     if (!force && !f->ready && resolve_from_cache(u, f) == 0)
         return 0;
-    rc = resolve_head(u, u->commit, path, &hf, err);
+    rc = resolve_head(u, hc, u->commit, path, &hf, err);
     if (rc)
         return rc;
     if (strcmp(hf.commit, u->commit) != 0)
@@ -216,6 +261,19 @@ int up_resolve(fetch_upstream *u, const char *path, int force, up_file **out, sh
                              "(etag %s -> %s)", path, u->commit, f->hf.etag, hf.etag);
     up_file_store(u, f, &hf);
     return 0;
+}
+
+int up_resolve(fetch_upstream *u, const char *path, int force, up_file **out, shoal_err *err)
+{
+    return resolve_on(u, u->hc, path, force, out, err);
+}
+
+int up_client_new(fetch_upstream *u, hub_client **out, shoal_err *err)
+{
+    hub_options ho = { u->endpoint, u->o.token, u->o.connect_timeout_ms, u->o.stall_secs,
+                       u->o.stop };
+    *out = NULL;
+    return u->local ? 0 : hub_client_new(&ho, out, err);
 }
 
 const char *up_model_endpoint(const fetch_upstream *u)
@@ -287,11 +345,17 @@ static int local_stat(fetch_upstream *u, const char *path, char *etag, size_t ca
 int up_stat(fetch_upstream *u, const char *path, char *etag, size_t cap, uint64_t *size,
             shoal_err *err)
 {
+    return up_stat_on(u, NULL, path, etag, cap, size, err);
+}
+
+int up_stat_on(fetch_upstream *u, hub_client *hc, const char *path, char *etag, size_t cap,
+               uint64_t *size, shoal_err *err)
+{
     up_file *f;
     int rc;
     if (u->local)
         return local_stat(u, path, etag, cap, size, err);
-    rc = up_resolve(u, path, 0, &f, err);
+    rc = resolve_on(u, hc ? hc : u->hc, path, 0, &f, err);
     if (rc)
         return rc;
     if (strlen(f->hf.etag) >= cap)
@@ -322,6 +386,12 @@ static int local_read(fetch_upstream *u, const char *path, uint64_t off, size_t 
 int up_read(fetch_upstream *u, const char *path, uint64_t off, size_t len, void *buf,
             shoal_err *err)
 {
+    return up_read_on(u, NULL, path, off, len, buf, err);
+}
+
+int up_read_on(fetch_upstream *u, hub_client *hc, const char *path, uint64_t off, size_t len,
+               void *buf, shoal_err *err)
+{
     up_file *f;
     int rc, forced = 0;
 
@@ -329,18 +399,20 @@ int up_read(fetch_upstream *u, const char *path, uint64_t off, size_t len, void 
         return 0;
     if (u->local)
         return local_read(u, path, off, len, buf, err);
-    rc = up_resolve(u, path, 0, &f, err);
+    if (!hc)
+        hc = u->hc;
+    rc = resolve_on(u, hc, path, 0, &f, err);
     if (rc)
         return rc;
     for (int attempt = 1;; attempt++) {
-        u->st.requests++;
-        rc = hub_range_read(u->hc, &f->hf, off, off + len - 1, buf, err);
+        st_inc(u, &u->st.requests);
+        rc = hub_range_read(hc, &f->hf, off, off + len - 1, buf, err);
         if (rc == 0)
             return 0;
-        if (rc == SHOAL_EAUTH && f->hf.is_lfs && hub_client_last_status(u->hc) == 403
+        if (rc == SHOAL_EAUTH && f->hf.is_lfs && hub_client_last_status(hc) == 403
             && forced++ < UP_MAX_FORCED_RESOLVES) {
             LOG_INFO("fetch", "%s: the CDN refused the location; resolving again", path);
-            rc = up_resolve(u, path, 1, &f, err);
+            rc = resolve_on(u, hc, path, 1, &f, err);
             if (rc)
                 return rc;
             continue;
@@ -352,10 +424,12 @@ int up_read(fetch_upstream *u, const char *path, uint64_t off, size_t len, void 
             break;
         }
         if (rc == SHOAL_EPROTO)
-            u->st.refused++;
-        u->st.retries++;
+            st_inc(u, &u->st.refused);
+        st_inc(u, &u->st.retries);
         LOG_INFO("fetch", "read %s: %s; retrying", path, err ? err->msg : shoal_strerror(rc));
-        sleep_ms(up_backoff_ms(u, attempt, hub_client_retry_after(u->hc)));
+        sleep_ms(u, up_backoff_ms(u, attempt, hub_client_retry_after(hc)));
+        if (stopped(u))
+            return shoal_err_set(err, SHOAL_ECANCELED, "read %s: stopped", path);
     }
     return rc;
 }
@@ -461,7 +535,8 @@ static int open_local(fetch_upstream *u, const char *spec, shoal_err *err)
 
 static int open_hub(fetch_upstream *u, shoal_err *err)
 {
-    hub_options ho = { u->endpoint, u->o.token, u->o.connect_timeout_ms, u->o.stall_secs };
+    hub_options ho = { u->endpoint, u->o.token, u->o.connect_timeout_ms, u->o.stall_secs,
+                       u->o.stop };
     hub_file hf;
     up_file *f;
     int rc = hub_spec_parse(u->o.model, &u->spec, err);
@@ -475,7 +550,7 @@ static int open_hub(fetch_upstream *u, shoal_err *err)
     }
     /* The pin: config.json at the revision names the commit every later
      * request uses. */
-    rc = resolve_head(u, u->spec.revision, "config.json", &hf, err);
+    rc = resolve_head(u, u->hc, u->spec.revision, "config.json", &hf, err);
     if (rc)
         return rc;
     snprintf(u->commit, sizeof u->commit, "%s", hf.commit);
@@ -496,6 +571,7 @@ int fetch_upstream_open(const fetch_options *o, cache *c, fetch_upstream **out, 
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     u->o = *o;
     u->c = c;
+    pthread_mutex_init(&u->mu, NULL);
     if (u->o.parallel <= 0)
         u->o.parallel = FETCH_DEFAULT_PARALLEL;
     if (u->o.coalesce_bytes == 0)
@@ -571,7 +647,15 @@ void fetch_upstream_free(fetch_upstream *u)
     free((char *)u->o.model);
     free(u->endpoint);
     free(u->dir);
+    pthread_mutex_destroy(&u->mu);
     free(u);
+}
+
+void fetch_upstream_set_cache(fetch_upstream *u, cache *c)
+{
+    pthread_mutex_lock(&u->mu);
+    u->c = c;
+    pthread_mutex_unlock(&u->mu);
 }
 
 const char *fetch_upstream_commit(const fetch_upstream *u)

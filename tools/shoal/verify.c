@@ -61,7 +61,7 @@ static int deep_here(const shoal_cli *cli, const char *spec, shoal_json *j, shoa
 
     shoal_buf_init(&bad, 0);
     if (rc == 0)
-        rc = cache_verify_deep(ca, spec[0] ? spec : NULL, &r, &bad, err);
+        rc = cache_verify_deep(ca, spec[0] ? spec : NULL, NULL, &r, &bad, err);
     cache_close(ca);
     if (rc == 0 && d && arr) {
         shoal_json_set_int(d, "files", (int64_t)r.files);

@@ -6,8 +6,11 @@
  * page, optionally compares the bytes with the model directory (--check,
  * using the manifest the daemon handed over), and prints one line per item
  * and a summary of hits, misses and joins.  Also WARM (with --wait), JOB,
- * STATS, VERIFY, GC, REPORT and PIN.  The CLI users run is `shoal` (a
- * later issue); this is for tests, the demo and benchmarks.
+ * STATS, VERIFY, GC, REPORT, PIN, OPEN alone (timed), PUT (either form) and
+ * `ping`: STATS every few milliseconds on its own connection, with the
+ * answer times' percentiles at the end — how long shoald's loop keeps
+ * clients waiting while it does something else.  The CLI users run is
+ * `shoal`; this is for tests, the demo and benchmarks.
  */
 #include "common/client.h"
 #include "common/json.h"
@@ -18,12 +21,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 static void usage(FILE *out)
 {
@@ -33,8 +39,15 @@ static void usage(FILE *out)
 "  get MODEL KEY...      KEY: L:E (expert), t:NAME (spine tensor), f:PATH (file)\n"
 "  random MODEL N        N random experts (--seed S)\n"
 "  warm MODEL all|spine|layers:A-B|top:N|L:E,L:E...   [--wait]\n"
-"  job ID | stats [MODEL] | verify [MODEL] | gc SIZE | report JSON\n"
+"  job ID | stats [MODEL] | verify [MODEL] [--shallow] | gc SIZE | report JSON\n"
 "  pin MODEL KEY... | unpin MODEL KEY...\n"
+"  open MODEL            OPEN alone: prints the time it took and its progress\n"
+"  put MODEL NAME FILE   store FILE as a derived object (PUT; --begin: PUT_BEGIN,\n"
+"                        write, PUT_COMMIT; --abort: PUT_BEGIN then abandon;\n"
+"                        --leave-after-begin: PUT_BEGIN, half the bytes, exit)\n"
+"  ping                  STATS every --interval MS (default 50) until SIGTERM or\n"
+"                        --seconds S; prints \"pings N p50_ms A p99_ms B max_ms C\"\n"
+"  --progress            print each PROGRESS frame (\"progress PHASE DONE/TOTAL\")\n"
 "\n"
 "get/random options:\n"
 "  --prefetch            priority prefetch (default demand)\n"
@@ -49,7 +62,9 @@ static void usage(FILE *out)
 
 typedef struct run {
     shoal_client *c;
-    int prio, wait, cancel;
+    int prio, wait, cancel, shallow, put_mode, progress;
+    long interval_ms, seconds;
+    const char *query;
     size_t batch;
     long disconnect_after;
     unsigned long seed;
@@ -300,6 +315,173 @@ static int do_warm(run *r, uint32_t handle, const char *what, int wait, shoal_er
     return 0;
 }
 
+static void on_progress(const shoal_progress *p, void *ctx)
+{
+    (void)ctx;
+    printf("progress %s %" PRIu64 "/%" PRIu64 "\n", p->phase, p->done, p->total);
+    fflush(stdout);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int do_open(run *r, const char *model, shoal_err *err)
+{
+    double t0 = now_ms();
+    uint32_t handle;
+    int rc = open_model(r, model, &handle, err);
+    if (rc == 0)
+        printf("opened %s handle %u in %.1f ms: %zu files %zu tensors %zu experts\n", model,
+               handle, now_ms() - t0, r->man->nfiles, r->man->ntensors, r->man->nexperts);
+    return rc;
+}
+
+/* XXH3-128 (canonical) of [0, len) of fd. */
+static int file_xxh(int fd, uint64_t len, uint8_t out[16])
+{
+    XXH3_state_t *xs = XXH3_createState();
+    XXH128_canonical_t can;
+    uint8_t *buf = malloc(4u << 20);
+    int rc = xs && buf ? 0 : SHOAL_ENOMEM;
+    if (rc == 0)
+        XXH3_128bits_reset(xs);
+    for (uint64_t off = 0; rc == 0 && off < len;) {
+        size_t n = len - off < (4u << 20) ? (size_t)(len - off) : (4u << 20);
+        rc = shoal_pread_all(fd, buf, n, (off_t)off);
+        if (rc == 0)
+            XXH3_128bits_update(xs, buf, n);
+        off += n;
+    }
+    if (rc == 0) {
+        XXH128_canonicalFromHash(&can, XXH3_128bits_digest(xs));
+        memcpy(out, can.digest, 16);
+    }
+    XXH3_freeState(xs);
+    free(buf);
+    return rc;
+}
+
+/* Copy [0, len) of src into dst (the daemon's file) with copy_file_range,
+ * falling back to read and write. */
+static int copy_into(int src, int dst, uint64_t len)
+{
+    uint8_t *buf = NULL;
+    uint64_t off = 0;
+    int rc = 0;
+    while (rc == 0 && off < len) {
+        size_t n = len - off < (4u << 20) ? (size_t)(len - off) : (4u << 20);
+        loff_t in = (loff_t)off, out = (loff_t)off;
+        ssize_t k = buf ? -1 : copy_file_range(src, &in, dst, &out, n, 0);
+        if (k > 0) {
+            off += (uint64_t)k;
+            continue;
+        }
+        if (!buf && !(buf = malloc(4u << 20)))
+            return SHOAL_ENOMEM;
+        if (shoal_pread_all(src, buf, n, (off_t)off) != 0 ||
+            pwrite(dst, buf, n, (off_t)off) != (ssize_t)n)
+            rc = SHOAL_EIO;
+        off += n;
+    }
+    free(buf);
+    return rc;
+}
+
+static int do_put(run *r, const char *model, const char *name, const char *path, shoal_err *err)
+{
+    uint8_t xxh[16];
+    uint32_t handle;
+    struct stat st;
+    shoal_put p;
+    double t0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC), rc;
+
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return shoal_err_set(err, SHOAL_ENOTFOUND, "put: cannot open %s", path);
+    }
+    rc = open_model(r, model, &handle, err);
+    if (rc == 0 && (rc = file_xxh(fd, (uint64_t)st.st_size, xxh)) != 0)
+        shoal_err_set(err, rc, "put: reading %s", path);
+    t0 = now_ms();
+    if (rc == 0 && r->put_mode == 0) {
+        rc = shoal_client_put(r->c, handle, name, fd, (uint64_t)st.st_size, xxh, err);
+    } else if (rc == 0) {
+        rc = shoal_client_put_begin(r->c, handle, name, (uint64_t)st.st_size, &p, err);
+        if (rc == 0 && r->put_mode == 2) {
+            rc = shoal_client_put_abort(r->c, &p, err);
+        } else if (rc == 0 && r->put_mode == 3) {
+            /* a client that dies mid-PUT: half the bytes, then gone */
+            copy_into(fd, p.fd, (uint64_t)st.st_size / 2);
+            printf("left after begin\n");
+            fflush(stdout);
+            _exit(0);
+        } else if (rc == 0) {
+            rc = copy_into(fd, p.fd, (uint64_t)st.st_size);
+            if (rc)
+                shoal_err_set(err, rc, "put: writing into the daemon's file");
+            rc = rc ? rc : shoal_client_put_commit(r->c, &p, xxh, err);
+            if (p.fd >= 0)
+                close(p.fd);
+        }
+    }
+    close(fd);
+    if (rc == 0)
+        printf("put %s %lld bytes in %.1f ms\n", name, (long long)st.st_size, now_ms() - t0);
+    return rc;
+}
+
+static volatile sig_atomic_t ping_stop;
+static void on_term(int sig) { (void)sig; ping_stop = 1; }
+
+static int dbl_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* STATS every interval; the answer times' percentiles at the end. */
+static int do_ping(run *r, shoal_err *err)
+{
+    size_t n = 0, cap = 1024;
+    double *t = malloc(cap * sizeof *t), start = now_ms();
+    int rc = t ? 0 : SHOAL_ENOMEM;
+
+    signal(SIGTERM, on_term);
+    signal(SIGINT, on_term);
+    printf("ping ready\n");
+    fflush(stdout);
+    while (rc == 0 && !ping_stop && (r->seconds <= 0 || now_ms() - start < r->seconds * 1e3)) {
+        double t0 = now_ms(), dt;
+        shoal_buf_reset(&r->out);
+        rc = shoal_client_stats(r->c, r->query ? r->query : "{}", &r->out, err);
+        dt = now_ms() - t0;
+        if (n == cap) {
+            double *q = realloc(t, (cap *= 2) * sizeof *t);
+            if (!q) {
+                rc = SHOAL_ENOMEM;
+                break;
+            }
+            t = q;
+        }
+        t[n++] = dt;
+        if (dt < (double)r->interval_ms)
+            usleep((useconds_t)(((double)r->interval_ms - dt) * 1e3));
+    }
+    if (n) {
+        qsort(t, n, sizeof *t, dbl_cmp);
+        printf("pings %zu p50_ms %.2f p99_ms %.2f max_ms %.2f\n", n, t[n / 2],
+               t[n * 99 / 100 < n ? n * 99 / 100 : n - 1], t[n - 1]);
+    }
+    free(t);
+    return rc;
+}
+
 static void print_json(const shoal_buf *b)
 {
     fwrite(b->data, 1, b->len, stdout);
@@ -312,6 +494,14 @@ static int command(run *r, const char **args, int nargs, shoal_err *err)
     uint32_t handle = 0;
     int rc = 0;
 
+    if (r->progress)
+        shoal_client_on_progress(r->c, on_progress, NULL);
+    if (strcmp(args[0], "open") == 0 && nargs == 2)
+        return do_open(r, args[1], err);
+    if (strcmp(args[0], "put") == 0 && nargs == 4)
+        return do_put(r, args[1], args[2], args[3], err);
+    if (strcmp(args[0], "ping") == 0 && nargs == 1)
+        return do_ping(r, err);
     if ((strcmp(args[0], "get") == 0 || strcmp(args[0], "random") == 0 ||
          strcmp(args[0], "warm") == 0 || strcmp(args[0], "pin") == 0 ||
          strcmp(args[0], "unpin") == 0) && nargs >= 3) {
@@ -367,7 +557,7 @@ static int command(run *r, const char **args, int nargs, shoal_err *err)
         if (rc == 0)
             print_json(&r->out);
     } else if (strcmp(args[0], "verify") == 0) {
-        rc = shoal_client_verify(r->c, nargs >= 2 ? args[1] : "", 1, &r->out, err);
+        rc = shoal_client_verify(r->c, nargs >= 2 ? args[1] : "", !r->shallow, &r->out, err);
         if (rc == 0)
             print_json(&r->out);
     } else if (strcmp(args[0], "gc") == 0 && nargs == 2) {
@@ -397,6 +587,7 @@ int main(int argc, char **argv)
 
     r.batch = SHOAL_PROTO_MAX_KEYS;
     r.disconnect_after = -1;
+    r.interval_ms = 50;
     r.seed = 1;
     shoal_buf_init(&r.out, 0);
 
@@ -418,6 +609,24 @@ int main(int argc, char **argv)
             r.cancel = 1;
         } else if (strcmp(a, "--quiet") == 0) {
             r.quiet = 1;
+        } else if (strcmp(a, "--shallow") == 0) {
+            r.shallow = 1;
+        } else if (strcmp(a, "--progress") == 0) {
+            r.progress = 1;
+        } else if (strcmp(a, "--begin") == 0) {
+            r.put_mode = 1;
+        } else if (strcmp(a, "--abort") == 0) {
+            r.put_mode = 2;
+        } else if (strcmp(a, "--leave-after-begin") == 0) {
+            r.put_mode = 3;
+        } else if (strcmp(a, "--interval") == 0 && more) {
+            r.interval_ms = strtol(argv[++i], NULL, 10);
+        } else if (strcmp(a, "--seconds") == 0 && more) {
+            r.seconds = strtol(argv[++i], NULL, 10);
+        } else if (strcmp(a, "--query") == 0 && more) {
+            r.query = argv[++i];
+        } else if (strcmp(a, "--timeout") == 0 && more) {
+            co.call_timeout_ms = (int)strtol(argv[++i], NULL, 10);
         } else if (strcmp(a, "--check") == 0 && more) {
             r.check_dir = argv[++i];
         } else if (strcmp(a, "--batch") == 0 && more) {

@@ -532,7 +532,7 @@ static void test_deep_verify(void **state)
 
     fx_open(f, 1);
     shoal_buf_init(&bad, 0);
-    assert_int_equal(cache_verify_deep(f->c, "org/tiny", &r, &bad, &e), 0);
+    assert_int_equal(cache_verify_deep(f->c, "org/tiny", NULL, &r, &bad, &e), 0);
     assert_int_equal(r.files, 3);
     assert_int_equal(r.complete, 2);           /* config.json, bad.bin */
     assert_int_equal(r.ok, 1);
@@ -544,7 +544,7 @@ static void test_deep_verify(void **state)
     put_expert(f->c, shard, 1, 2);
     put_expert(f->c, shard, 1, 3);
     shoal_buf_reset(&bad);
-    assert_int_equal(cache_verify_deep(f->c, NULL, &r, &bad, &e), 0);
+    assert_int_equal(cache_verify_deep(f->c, NULL, NULL, &r, &bad, &e), 0);
     assert_int_equal(r.complete, 3);
     assert_int_equal(r.ok, 2);
     assert_int_equal(r.bad, 1);

@@ -1,8 +1,9 @@
 /* test_client.c — the shoald client library against a scripted daemon on
  * a real Unix socket: HELLO, OPEN with a manifest descriptor, GET items
  * out of order with descriptors and per-key errors, a control call while
- * items are pending, ERROR replies, a daemon that dies mid-call, and the
- * message when no daemon runs. */
+ * items are pending, ERROR replies, a daemon that dies mid-call, the
+ * message when no daemon runs, PROGRESS frames that keep a long call alive
+ * past its timeout, and PUT_BEGIN / PUT_COMMIT. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,7 +25,16 @@ typedef struct fake {
     int listener;
     int mode;          /* 0: well-behaved; 1: die after HELLO */
     pthread_t th;
+    int put_file;      /* PUT_BEGIN's file, read at PUT_COMMIT */
 } fake;
+
+#include <time.h>
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
 
 static int blob_with(const char *text)
 {
@@ -164,6 +174,54 @@ static void *fake_main(void *arg)
             reply(s, &m, -1);
             break;
         }
+        case SHOAL_MSG_VERIFY:
+            /* A long call: eight PROGRESS frames 150 ms apart, then the
+             * answer, 1.2 s after a request whose client waits 400 ms. */
+            for (uint64_t i = 1; i <= 8; i++) {
+                sleep_ms(150);
+                shoal_msg_begin(&m, SHOAL_MSG_PROGRESS, 0, h.id);
+                shoal_msg_put_u64(&m, i);
+                shoal_msg_put_u64(&m, 8);
+                shoal_msg_put_str(&m, "verify", 6);
+                reply(s, &m, -1);
+            }
+            shoal_msg_begin(&m, SHOAL_MSG_JSON, SHOAL_MSG_F_LAST, h.id);
+            shoal_msg_put_str32(&m, "{}", 2);
+            reply(s, &m, -1);
+            break;
+        case SHOAL_MSG_PUT_BEGIN: {
+            char p[] = "/tmp/shoal-client-put-XXXXXX";
+            shoal_rd_u32(&r);
+            shoal_rd_str(&r, &(size_t){ 0 });
+            uint64_t len = shoal_rd_u64(&r);
+            if (f->put_file >= 0)
+                close(f->put_file);
+            f->put_file = mkstemp(p);
+            unlink(p);
+            shoal_msg_begin(&m, SHOAL_MSG_PUT_READY, SHOAL_MSG_F_FD | SHOAL_MSG_F_LAST, h.id);
+            shoal_msg_put_u64(&m, 9);
+            shoal_msg_put_u64(&m, len);
+            reply(s, &m, f->put_file);
+            break;
+        }
+        case SHOAL_MSG_PUT_COMMIT: {
+            /* OK when the client wrote "zero-copy!" into PUT_BEGIN's file and
+             * commits put 9 with the hash it announced; abandon is OK too */
+            uint64_t id = shoal_rd_u64(&r);
+            uint8_t keep = shoal_rd_u8(&r);
+            const uint8_t *x = shoal_rd_bytes(&r, 16);
+            char content[16] = { 0 };
+            int ok = shoal_rd_finish(&r) == 0 && id == 9 &&
+                     (keep == 0 || (x[0] == 0x5a && pread(f->put_file, content, 10, 0) == 10 &&
+                                    strcmp(content, "zero-copy!") == 0));
+            shoal_msg_begin(&m, ok ? SHOAL_MSG_OK : SHOAL_MSG_ERROR, SHOAL_MSG_F_LAST, h.id);
+            if (!ok) {
+                shoal_msg_put_i32(&m, SHOAL_ECORRUPT);
+                shoal_msg_put_str(&m, "bad commit", 10);
+            }
+            reply(s, &m, -1);
+            break;
+        }
         default: {
             const char *msg = "not supported by the test daemon";
             shoal_msg_begin(&m, SHOAL_MSG_ERROR, SHOAL_MSG_F_LAST, h.id);
@@ -193,6 +251,7 @@ static void fake_start(fake *f, int mode)
     assert_int_equal(bind(f->listener, (struct sockaddr *)&sa, sizeof sa), 0);
     assert_int_equal(listen(f->listener, 4), 0);
     f->mode = mode;
+    f->put_file = -1;
     assert_int_equal(pthread_create(&f->th, NULL, fake_main, f), 0);
 }
 
@@ -357,12 +416,69 @@ static void test_daemon_dies(void **state)
     fake_stop(&f);
 }
 
+typedef struct seen_progress {
+    uint64_t last_done, frames;
+    char phase[SHOAL_PROGRESS_PHASE_MAX + 1];
+} seen_progress;
+
+static void count_progress(const shoal_progress *p, void *ctx)
+{
+    seen_progress *s = ctx;
+    s->frames++;
+    s->last_done = p->done;
+    snprintf(s->phase, sizeof s->phase, "%s", p->phase);
+}
+
+static void test_progress_and_put(void **state)
+{
+    fake f;
+    shoal_client_opts o = { .name = "test", .call_timeout_ms = 400 };
+    shoal_client *c = NULL;
+    shoal_err e = { 0 };
+    seen_progress sp = { 0, 0, "" };
+    shoal_buf js;
+    shoal_put p;
+    uint8_t x[16] = { 0x5a };
+    (void)state;
+
+    fake_start(&f, 0);
+    o.socket_path = f.path;
+    assert_int_equal(shoal_client_connect(&o, &c, &e), 0);
+    /* Each frame starts the wait afresh: 1.2 s of work, a 400 ms timeout. */
+    shoal_client_on_progress(c, count_progress, &sp);
+    shoal_buf_init(&js, 0);
+    assert_int_equal(shoal_client_verify(c, NULL, 1, &js, &e), 0);
+    assert_string_equal((char *)js.data, "{}");
+    assert_true(sp.frames == 8 && sp.last_done == 8);
+    assert_string_equal(sp.phase, "verify");
+    shoal_buf_free(&js);
+
+    /* PUT_BEGIN hands a descriptor to write into; commit closes it. */
+    assert_int_equal(shoal_client_put_begin(c, 3, "pack", 10, &p, &e), 0);
+    assert_true(p.id == 9 && p.length == 10 && p.fd >= 0);
+    assert_int_equal(pwrite(p.fd, "zero-copy!", 10, 0), 10);
+    assert_int_equal(shoal_client_put_commit(c, &p, x, &e), 0);
+    assert_int_equal(p.fd, -1);
+    x[0] = 0;
+    assert_int_equal(shoal_client_put_begin(c, 3, "pack", 10, &p, &e), 0);
+    assert_int_equal(shoal_client_put_commit(c, &p, x, &e), SHOAL_ECORRUPT);
+    assert_int_equal(shoal_client_put_begin(c, 3, "pack", 10, &p, &e), 0);
+    assert_int_equal(shoal_client_put_abort(c, &p, &e), 0);
+    assert_int_equal(shoal_client_put_begin(c, 3, "a/b", 10, &p, &e), SHOAL_EINVAL);
+    assert_int_equal(p.fd, -1);
+    shoal_client_close(c);
+    fake_stop(&f);
+    if (f.put_file >= 0)
+        close(f.put_file);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_daemon),
         cmocka_unit_test(test_session),
         cmocka_unit_test(test_daemon_dies),
+        cmocka_unit_test(test_progress_and_put),
     };
     return cmocka_run_group_tests_name("client", tests, NULL, NULL);
 }

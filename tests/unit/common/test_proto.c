@@ -200,6 +200,27 @@ static void test_put_and_derived_key(void **state)
     assert_int_equal(k.kind, SHOAL_KEY_DERIVED);
 }
 
+/* Protocol 2's types: known, named, and marked as version 2, so a daemon
+ * never sends them on a connection that said version 1. */
+static void test_version_two_types(void **state)
+{
+    static const uint16_t v2[] = { SHOAL_MSG_PUT_BEGIN, SHOAL_MSG_PUT_COMMIT, SHOAL_MSG_PROGRESS,
+                                   SHOAL_MSG_PUT_READY };
+    static const char *const names[] = { "PUT_BEGIN", "PUT_COMMIT", "PROGRESS", "PUT_READY" };
+    (void)state;
+    assert_int_equal(SHOAL_PROTO_VERSION, 2);
+    assert_int_equal(SHOAL_PROTO_VERSION_MIN, 1);
+    for (int i = 0; i < 4; i++) {
+        assert_true(shoal_msg_type_known(v2[i]));
+        assert_string_equal(shoal_msg_type_name(v2[i]), names[i]);
+        assert_int_equal(shoal_msg_type_version(v2[i]), 2);
+    }
+    assert_int_equal(shoal_msg_type_version(SHOAL_MSG_PUT), 1);
+    assert_int_equal(shoal_msg_type_version(SHOAL_MSG_JSON), 1);
+    assert_false(shoal_msg_type_known(74));
+    assert_false(shoal_msg_type_known(16));
+}
+
 static void test_builder_limits(void **state)
 {
     shoal_msg_builder m = { 0 };
@@ -325,6 +346,7 @@ int main(void)
         cmocka_unit_test(test_header_rejects),
         cmocka_unit_test(test_fields_roundtrip),
         cmocka_unit_test(test_put_and_derived_key),
+        cmocka_unit_test(test_version_two_types),
         cmocka_unit_test(test_builder_limits),
         cmocka_unit_test(test_send_recv_fd),
         cmocka_unit_test(test_recv_failures),
