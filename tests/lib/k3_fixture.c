@@ -2,6 +2,7 @@
 #include "tests/lib/k3_fixture.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "common/json.h"
 
@@ -24,6 +25,50 @@ static const char *const k3_tmpl =
     "\"format\":\"mxfp4-pack-quantized\",\"config_groups\":{\"group_0\":{"
     "\"format\":\"mxfp4-pack-quantized\",\"weights\":{\"num_bits\":4,\"group_size\":32}}}}}}";
 
+static const char *const small_json =
+    "{\"model_type\":\"kimi_k3\",\"text_config\":{"
+    "\"hidden_size\":64,\"vocab_size\":256,\"max_position_embeddings\":4096,"
+    "\"num_hidden_layers\":4,\"first_k_dense_replace\":1,\"moe_layer_freq\":1,"
+    "\"intermediate_size\":96,\"num_experts\":4,\"num_experts_per_token\":2,"
+    "\"num_shared_experts\":1,\"moe_intermediate_size\":32,\"routed_expert_hidden_size\":32,"
+    "\"moe_renormalize\":true,\"routed_scaling_factor\":1.0,\"latent_moe_use_norm\":true,"
+    "\"activation_situ_beta\":4.0,\"activation_situ_linear_beta\":25.0,"
+    "\"num_attention_heads\":2,\"num_key_value_heads\":2,\"q_lora_rank\":32,\"kv_lora_rank\":32,"
+    "\"qk_nope_head_dim\":16,\"qk_rope_head_dim\":16,\"v_head_dim\":16,"
+    "\"attn_res_block_size\":2,\"rms_norm_eps\":1e-5,"
+    "\"bos_token_id\":1,\"eos_token_id\":2,\"pad_token_id\":3,"
+    "\"linear_attn_config\":{\"num_heads\":2,\"head_dim\":32,\"short_conv_kernel_size\":4,"
+    "\"gate_lower_bound\":-5.0,\"use_full_rank_gate\":true,\"kda_layers\":[1,2,4],"
+    "\"full_attn_layers\":[3]},"
+    "\"quantization_config\":{\"quant_method\":\"compressed-tensors\","
+    "\"format\":\"mxfp4-pack-quantized\",\"config_groups\":{\"group_0\":{"
+    "\"format\":\"mxfp4-pack-quantized\",\"weights\":{\"num_bits\":4,\"group_size\":32}}}}}}";
+
+int k3_fixture_small_json(shoal_buf *out)
+{
+    return shoal_buf_append(out, small_json, strlen(small_json)) == 0 ? 0 : -1;
+}
+
+static int parse_into(int (*fill)(shoal_buf *), k3_config *out)
+{
+    shoal_buf b;
+    shoal_json *j;
+    int rc = -1;
+
+    shoal_buf_init(&b, 0);
+    if (fill(&b) == 0 && (j = shoal_json_parse((const char *)b.data, b.len, NULL))) {
+        rc = k3_config_parse(j, out, NULL) == 0 ? 0 : -1;
+        shoal_json_free(j);
+    }
+    shoal_buf_free(&b);
+    return rc;
+}
+
+int k3_fixture_small_config(k3_config *out)
+{
+    return parse_into(k3_fixture_small_json, out);
+}
+
 int k3_fixture_json(shoal_buf *out)
 {
     char kda[512], full[256];
@@ -41,15 +86,5 @@ int k3_fixture_json(shoal_buf *out)
 
 int k3_fixture_config(k3_config *out)
 {
-    shoal_buf b;
-    shoal_json *j;
-    int rc = -1;
-
-    shoal_buf_init(&b, 0);
-    if (k3_fixture_json(&b) == 0 && (j = shoal_json_parse((const char *)b.data, b.len, NULL))) {
-        rc = k3_config_parse(j, out, NULL) == 0 ? 0 : -1;
-        shoal_json_free(j);
-    }
-    shoal_buf_free(&b);
-    return rc;
+    return parse_into(k3_fixture_json, out);
 }
