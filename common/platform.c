@@ -13,6 +13,7 @@
  */
 #include "common/platform.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,4 +284,11 @@ done:
     shoal_buf_free(&mi);
     shoal_buf_free(&cg);
     return rc;
+}
+
+int shoal_fd_reopen(int fd, int flags)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    return open(path, flags | O_CLOEXEC);
 }

@@ -4,7 +4,7 @@
  * issue adds the CPU, the disks and macOS), so callers get numbers, not
  * files.
  *
- * Owns: reading /proc/meminfo, the process's memory cgroup (v2
+ * Owns: reopening a descriptor with other flags (O_DIRECT), reading /proc/meminfo, the process's memory cgroup (v2
  * memory.max and memory.high, v1 memory.limit_in_bytes, over its group and
  * every ancestor, found through /proc/self/cgroup and
  * /proc/self/mountinfo) and RLIMIT_AS / RLIMIT_DATA, and naming which of
@@ -41,5 +41,10 @@ typedef struct shoal_mem_limits {
  * getrlimit).  0, or SHOAL_EIO when /proc/meminfo cannot be read (a cgroup
  * that cannot be read is skipped: its limit is then unknown, not zero). */
 int shoal_mem_limits_read(const char *root, shoal_mem_limits *out, shoal_err *err);
+
+/* A fresh open file description of the file fd refers to, opened with
+ * `flags` (O_RDONLY | O_DIRECT, say) so that fd's own flags and offset stay
+ * as they are (Linux: /proc/self/fd).  A new descriptor, or -1 with errno. */
+int shoal_fd_reopen(int fd, int flags);
 
 #endif

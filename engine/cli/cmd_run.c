@@ -286,6 +286,9 @@ static void print_recall(const engine_session *s, const engine_model *m,
         fprintf(stderr, "stats: reads: %.1f MiB (%.1f MiB as guesses), some read running for "
                 "%.1f ms\n", (double)es->read_bytes / 1048576.0,
                 (double)es->read_guess_bytes / 1048576.0, (double)es->read_busy_ns / 1e6);
+    if (es->pool_max)
+        fprintf(stderr, "stats: expert buffers outside the RAM tier: at most %" PRIu64 " held "
+                "(the pool: %" PRIu64 ")\n", es->pool_peak, es->pool_max);
     fprintf(stderr, "stats: recall per MoE layer (lookahead / previous token; sent):");
     for (int64_t l = 0; l < m->cfg.n_layers; l++) {
         engine_layer_recall r;

@@ -423,6 +423,7 @@ typedef struct expert_source_stats {
     uint64_t read_bytes;                 /* read for demand and guesses */
     uint64_t read_guess_bytes;           /* ... of them read as a guess */
     uint64_t read_busy_ns;               /* time at least one read was running */
+    uint64_t pool_peak, pool_max;        /* expert buffers held outside the RAM tier: most, bound */
 } expert_source_stats;
 
 typedef struct expert_source expert_source;

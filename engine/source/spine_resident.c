@@ -4,7 +4,7 @@
  *
  * SPINE_LOAD_READ (the default): anonymous memory, 2 MiB-aligned with
  * MADV_HUGEPAGE, filled by several threads with O_DIRECT reads in parts
- * (a fresh open file description through /proc/self/fd, so the daemon's
+ * (a fresh open file description, shoal_fd_reopen, so the daemon's
  * descriptor keeps its flags); where O_DIRECT is refused (tmpfs), plain
  * preads, and the file's pages dropped after (they would be a second
  * copy).  Anonymous pages are never reclaimed into re-reads: without swap
@@ -30,6 +30,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/platform.h"
 #include "common/sys.h"
 
 #define RES_ALIGN  ((size_t)2 << 20)
@@ -130,7 +131,6 @@ int spine_resident_read(int fd, uint64_t off, uint64_t len, spine_load_mode mode
     size_t lead = (size_t)(off - start), blocks = (lead + (size_t)len + 4095) / 4096 * 4096;
     size_t buflen = (blocks + RES_ALIGN - 1) / RES_ALIGN * RES_ALIGN;
     res_job j = { .start = start, .len = blocks, .file_end = lead + (size_t)len };
-    char path[64];
     void *buf = NULL;
     int rc;
 
@@ -149,8 +149,7 @@ int spine_resident_read(int fd, uint64_t off, uint64_t len, spine_load_mode mode
                              "plan counted them: is something else holding memory?)",
                              (unsigned long long)len);
     (void)madvise(buf, buflen, MADV_HUGEPAGE);     /* a hint: small pages work too */
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    j.fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    j.fd = shoal_fd_reopen(fd, O_RDONLY | O_DIRECT);
     j.direct = j.fd >= 0;
     if (!j.direct)
         j.fd = fd;
