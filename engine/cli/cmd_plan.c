@@ -33,7 +33,8 @@ static void usage(FILE *f)
           "KV cache and state, the scratch, the expert buffers and the RAM tier; the\n"
           "part of the spine that would be streamed when even int4 does not fit; or\n"
           "the refusal naming the smallest memory that works (exit 1).  No weight is\n"
-          "read.  The options are the run's (below).\n"
+          "read.  The options are the run's (below), but --ram plans for a machine of\n"
+          "that size instead of capping this one's limit.\n"
           "\n"
           "  --json              one JSON object instead of the text\n"
           "  --states 1|2        sequence states held: 2 (serve, run --prompt: live\n"
@@ -65,6 +66,7 @@ int engine_cmd_plan(int argc, char **argv)
     memset(&p, 0, sizeof p);
     cli_opts_init(&p.c);
     p.c.load.plan.copies = 2;
+    p.c.load.plan.ram_replace = 1;       /* plan --ram: what a machine of that size would get */
     if ((rc = cli_parse("plan", argc, argv, PLAN_OPTS, plan_own, &p, usage, &p.c)) != 0)
         return rc == 1 ? 0 : 2;
     if (cli_home("plan", &p.c, &err) != 0)

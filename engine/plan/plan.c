@@ -214,10 +214,12 @@ static int plan_inputs(const k3_config *c, const shoal_mem_limits *lim, const pl
         p->machine = *lim;
     p->limit = p->machine.limit;
     snprintf(p->limit_by, sizeof p->limit_by, "%s", p->machine.limit_by);
-    if (o->ram && (!p->limit || o->ram < p->limit)) {
+    if (o->ram && (o->ram_replace || !p->limit || o->ram < p->limit)) {
         p->limit = o->ram;
-        snprintf(p->limit_by, sizeof p->limit_by, "--ram");
+        snprintf(p->limit_by, sizeof p->limit_by, o->ram_replace ? "--ram: a machine of that size"
+                                                                 : "--ram");
     }
+    p->remote = o->remote;
     if (!p->limit)
         return shoal_err_set(err, SHOAL_EINVAL, "plan: the machine's memory is unknown "
                              "(no MemTotal): give --ram SIZE");
@@ -347,20 +349,29 @@ void plan_print(const plan *p, const k3_config *c, FILE *f)
     fmt_size(p->scratch, a, sizeof a);
     fmt_size(p->pool_buffer_bytes, b, sizeof b);
     fmt_size(p->pool, d, sizeof d);
-    fprintf(f, "plan: prefill scratch %s; expert buffers %" PRIu64 " x %s = %s\n", a,
-            p->pool_buffers, b, d);
+    if (p->pool_buffers)
+        fprintf(f, "plan: prefill scratch %s; expert buffers %" PRIu64 " x %s = %s\n", a,
+                p->pool_buffers, b, d);
+    else
+        fprintf(f, "plan: prefill scratch %s; no expert buffers (%s)\n", a,
+                p->remote ? "no MoE layers" : "a directory's experts are read from its mapping");
     fmt_size(p->tier, a, sizeof a);
     fmt_size(p->tier_planned, b, sizeof b);
     fmt_size(p->tier_useful, d, sizeof d);
     if (p->tier_set)
         fprintf(f, "plan: RAM tier %s (--expert-ram; the plan left %s)\n", a, b);
-    else
+    else if (p->remote)
         fprintf(f, "plan: RAM tier %s (what is left; one token's experts are %s)\n", a, d);
+    else
+        fprintf(f, "plan: left for the page cache of the experts: %s (one token's are %s)\n", a,
+                d);
     fmt_size(p->min_int8, a, sizeof a);
     fmt_size(p->min_int4, b, sizeof b);
     fmt_size(p->min_floor, e, sizeof e);
-    fprintf(f, "plan: int8 with a useful tier from %s, int4 resident from %s, at least %s "
-            "(%" PRId64 " layers)\n", a, b, e, c->n_layers);
+    fprintf(f, "plan: this model: int8 with a useful tier from %s, int4 whole from %s, the "
+            "floor %s (%s)\n", a, b, e, p->context_set ? "at this --context"
+                                                        : "at the smallest context");
+    (void)c;
 }
 
 shoal_json *plan_to_json(const plan *p)

@@ -45,6 +45,7 @@
 
 typedef struct plan_options {
     uint64_t ram;              /* --ram: plan for at most this; 0: the machine's limit */
+    int      ram_replace;      /* `plan --ram`: plan for a machine of exactly `ram` */
     int64_t  context;          /* --context: exactly this many positions; 0: the plan's choice */
     int      spine;            /* -1 auto, else a k3_spine_mode (--spine) */
     size_t   chunk;            /* prefill chunk (>= 1) */
@@ -88,6 +89,7 @@ typedef struct plan {
     uint64_t kv_bytes;             /* state + context x per token */
     uint64_t scratch;              /* the session's chunk scratch */
     uint64_t pool_buffers, pool_buffer_bytes, pool;
+    int      remote;               /* experts through shoald (else a directory's mapping) */
     uint64_t tier;                 /* the RAM tier */
     uint64_t tier_useful;          /* one decode token's experts */
     int      tier_set;             /* --expert-ram chose it */
