@@ -111,6 +111,20 @@ static void plan_report(engine_loaded *l)
     shoal_buf_free(&b);
 }
 
+/* The plan is made from the limit, not from what is free now: say so when
+ * other processes hold more than the reserve leaves them. */
+static void mem_check(const plan *p)
+{
+    uint64_t need = p->spine_resident + p->kv_bytes + p->scratch + p->pool;
+    char a[32], b[32];
+    if (!p->machine.mem_available || p->machine.mem_available >= need)
+        return;
+    shoal_size_format(p->machine.mem_available, a, sizeof a);
+    shoal_size_format(need, b, sizeof b);
+    LOG_WARN("load", "MemAvailable is %s, less than the %s this plan holds before its RAM tier: "
+             "other processes use memory the plan counted on; give --ram a smaller size", a, b);
+}
+
 /* A plan that does not run (yet): refused, or a streamed spine. */
 static int plan_check(const plan *p, const k3_config *c, shoal_err *err)
 {
@@ -142,6 +156,7 @@ int engine_load_open(const char *spec, const engine_load_options *o, engine_load
         rc = plan_check(&out->plan, &cfg, err);
     if (rc != 0)
         goto fail;
+    mem_check(&out->plan);
     if (!(out->pool = kernels_pool_new(o->plan.threads > 0 ? o->plan.threads : 1))) {
         rc = shoal_err_set(err, SHOAL_ENOMEM, "cannot start %d compute threads", o->plan.threads);
         goto fail;
