@@ -30,7 +30,7 @@ LDLIBS    += -lm
 # The engine's rooms (docs/README.md): engine/cli/ is the program and no
 # library; the others are one library each, and `make lint` checks which
 # room may include which.
-ENGINE_ROOMS := text kernels forward source serve
+ENGINE_ROOMS := text kernels plan forward source serve
 COMPONENTS := common fetcher cache synth $(ENGINE_ROOMS)
 common_SRC  := $(wildcard common/*.c)
 fetcher_SRC := $(wildcard fetcher/*.c)
@@ -54,18 +54,19 @@ lib  = $(BUILD)/lib$(1).a
 # the components it needs (so one component's half-written change does not
 # break another's build); unknown ones get everything.  An engine room's
 # list is what docs/README.md says it may use.
-ALL_LIBS := $(foreach c,serve source forward text kernels fetcher cache common,$(call lib,$(c)))
+ALL_LIBS := $(foreach c,serve source forward plan text kernels fetcher cache common,$(call lib,$(c)))
 libs_for = $(if $(LIBS_$(1)),$(foreach c,$(LIBS_$(1)),$(call lib,$(c))),$(ALL_LIBS))
 LIBS_common   := common
 LIBS_fetcher  := fetcher cache common
 LIBS_cache    := cache common
 LIBS_text     := text common
 LIBS_kernels  := kernels common
-LIBS_forward  := forward kernels common
-LIBS_source   := source forward kernels common
-LIBS_serve    := serve source forward text kernels common
-LIBS_engine   := forward kernels common   # bench/engine: the forward pass alone
-LIBS_attn     := forward kernels common   # bench/attn: the old scalar code is its baseline
+LIBS_plan     := plan common
+LIBS_forward  := forward plan kernels common
+LIBS_source   := source forward plan kernels common
+LIBS_serve    := serve source forward plan text kernels common
+LIBS_engine   := forward plan kernels common   # bench/engine: the forward pass alone
+LIBS_attn     := forward plan kernels common   # bench/attn: the old scalar code is its baseline
 LIBS_synth    := synth common
 LIBS_mkmodel  := synth common
 LIBS_hubmock  := synth common
@@ -74,7 +75,7 @@ LIBS_hubget   := fetcher common
 LIBS_shoal-fetch := fetcher cache common
 LIBS_shoald   := fetcher cache common
 LIBS_shoalc   := common
-LIBS_shoal-engine := serve source forward text kernels common
+LIBS_shoal-engine := serve source forward plan text kernels common
 LIBS_shoal    := cache common
 
 # ---- binaries -------------------------------------------------------------

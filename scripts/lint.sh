@@ -64,22 +64,23 @@ rm -f "${TMPDIR:-/tmp}/shoal-lint.$$"
 # engine/<room>/ and each tools/<tool>/.  Its *_int.h is private to it.
 # The engine's rooms, and which other engine rooms each may include (the
 # direction reads top to bottom: cli -> serve -> source -> forward ->
-# kernels; text stands alone).  Keep this table and docs/README.md's map
+# kernels; plan is arithmetic every room above kernels may use; text
+# stands alone).  Keep this table and docs/README.md's map
 # saying the same.
-engine_rooms="text kernels forward source serve cli"
+engine_rooms="text kernels plan forward source serve cli"
 may_use() {
     case $1 in
-        text|kernels) echo "" ;;
-        forward) echo "kernels" ;;
-        source)  echo "forward kernels" ;;
-        serve)   echo "text forward source kernels" ;;
-        cli)     echo "text kernels forward source serve" ;;
+        text|kernels|plan) echo "" ;;
+        forward) echo "plan kernels" ;;
+        source)  echo "plan forward kernels" ;;
+        serve)   echo "text plan forward source kernels" ;;
+        cli)     echo "text kernels plan forward source serve" ;;
     esac
 }
 # Headers of common/ that only the daemon client side may use: the wire
 # protocol and the socket client.  Text, kernels and the forward pass know
 # neither shoald nor its protocol.
-no_daemon_client="text kernels forward"
+no_daemon_client="text kernels plan forward"
 
 # The room a file belongs to ("" when none): a test of a component is in
 # that component's room; a fuzz target may see the private headers of the

@@ -8,6 +8,13 @@
 #ifndef SHOAL_ENGINE_CLI_INT_H
 #define SHOAL_ENGINE_CLI_INT_H
 
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/err.h"
+#include "common/path.h"
+#include "engine/source/source.h"
+
 /* shoal-engine tokenize: text on stdin -> token ids (or back with --decode).
  * engine/cli/cmd_tokenize.c; `shoal-engine tokenize --help` for the options. */
 int engine_cmd_tokenize(int argc, char **argv);
@@ -24,5 +31,53 @@ int engine_cmd_serve(int argc, char **argv);
  * [--chat] ...` (the run command hands its arguments over when --prompt is
  * given; `prompt` reaches it directly).  engine/cli/cmd_prompt.c. */
 int engine_cmd_prompt(int argc, char **argv);
+
+/* shoal-engine plan: the memory plan of a model, without loading its
+ * weights.  engine/cli/cmd_plan.c. */
+int engine_cmd_plan(int argc, char **argv);
+
+/* ---- the shared options (options.c) ------------------------------------------- */
+
+/* What every model-loading command takes: the load options (the plan's,
+ * shoald's, the forward pass's), MODEL, --home, --stats. */
+typedef struct cli_opts {
+    engine_load_options load;
+    const char *model;
+    const char *home_flag;     /* --home as given */
+    char home[SHOAL_PATH_MAX]; /* resolved by cli_home */
+    int stats;
+} cli_opts;
+
+/* A command's own option; ids from CLI_OWN up. */
+#define CLI_OWN 1000
+typedef struct cli_option {
+    const char *name;
+    int has_arg;
+    int id;
+} cli_option;
+
+/* Set a command's own option; 0, or -1 for a bad value (the parser says so). */
+typedef int (*cli_own_fn)(void *ctx, int id, const char *val);
+
+/* The shared options' help, printed after a command's own usage. */
+extern const char CLI_SHARED_HELP[];
+
+void cli_opts_init(cli_opts *o);
+
+/* Parse argv with the shared table and `own` (terminated by a NULL name):
+ * exactly one MODEL.  0: go on; 1: --help or --version printed (exit 0);
+ * 2: a usage error printed (exit 2). */
+int cli_parse(const char *cmd, int argc, char **argv, const cli_option *own, cli_own_fn fn,
+              void *ctx, void (*usage)(FILE *), cli_opts *o);
+
+/* An hf:// MODEL's shoald home into o->load.home.  0, or 1 after printing
+ * why there is none. */
+int cli_home(const char *cmd, cli_opts *o, shoal_err *err);
+
+/* A whole decimal or real number in [lo, hi].  0 or -1. */
+int cli_number(const char *s, double lo, double hi, double *out);
+
+/* engine_progress_fn printing "spine: PHASE: N% (A of B)" on stderr. */
+void cli_progress(void *ctx, const char *phase, uint64_t done, uint64_t total);
 
 #endif

@@ -27,18 +27,30 @@
 #include "engine/serve/serve.h"
 
 typedef struct prompt_opts {
-    const char *model, *prompt, *system, *effort, *home;
-    int chat, think, stats;
-    long max_tokens, seed, threads, chunk;
-    int has_seed, spine_f32;
+    cli_opts c;                  /* MODEL and every shared option */
+    const char *prompt, *system, *effort;
+    int chat, think;
+    long max_tokens, seed;
+    int has_seed;
     double temperature, top_p;
 } prompt_opts;
+
+enum { P_PROMPT = CLI_OWN, P_CHAT, P_SYSTEM, P_NO_THINK, P_EFFORT, P_MAX_TOKENS, P_TEMP, P_TOP_P,
+       P_SEED };
+
+static const cli_option PROMPT_OPTS[] = {
+    { "prompt", 1, P_PROMPT }, { "chat", 0, P_CHAT }, { "system", 1, P_SYSTEM },
+    { "no-think", 0, P_NO_THINK }, { "effort", 1, P_EFFORT }, { "max-tokens", 1, P_MAX_TOKENS },
+    { "temperature", 1, P_TEMP }, { "top-p", 1, P_TOP_P }, { "seed", 1, P_SEED },
+    { NULL, 0, 0 },
+};
 
 static void usage(FILE *f)
 {
     fputs("usage: shoal-engine run MODEL --prompt TEXT [options]\n"
           "\n"
           "Generates from TEXT and streams the text to stdout as it is produced.\n"
+          "The memory plan is printed on stderr first.\n"
           "\n"
           "  --chat              TEXT is a user message in K3's chat format\n"
           "  --system TEXT       a system message first (with --chat)\n"
@@ -48,84 +60,52 @@ static void usage(FILE *f)
           "  --max-tokens N      most tokens to generate (default 256)\n"
           "  --temperature T     0 (default) is greedy\n"
           "  --top-p P           nucleus sampling mass (default 1)\n"
-          "  --seed S            sampling seed (default: from the clock)\n"
-          "  --stats             prompt/reuse/speed figures on stderr\n"
-          "  --threads N         compute threads (default: online cores)\n"
-          "  --chunk N           prefill chunk size (default 16)\n"
-          "  --spine int8|f32    spine numerics (default int8)\n"
-          "  --home DIR          shoald's cache directory for an hf:// MODEL\n", f);
+          "  --seed S            sampling seed (default: from the clock)\n", f);
 }
 
-static int num(const char *s, double lo, double hi, double *out)
+static int prompt_own(void *ctx, int id, const char *val)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi))
-        return -1;
-    *out = v;
-    return 0;
+    prompt_opts *o = ctx;
+    double v;
+
+    switch (id) {
+    case P_PROMPT: o->prompt = val; return 0;
+    case P_CHAT: o->chat = 1; return 0;
+    case P_SYSTEM: o->system = val; return 0;
+    case P_NO_THINK: o->think = 0; return 0;
+    case P_EFFORT: o->effort = val; return 0;
+    case P_TEMP: return cli_number(val, 0, 2, &o->temperature);
+    case P_TOP_P: return cli_number(val, 0, 1, &o->top_p);
+    case P_MAX_TOKENS:
+        if (cli_number(val, 1, 1 << 20, &v) != 0 || v != (long)v)
+            return -1;
+        o->max_tokens = (long)v;
+        return 0;
+    case P_SEED:
+        if (cli_number(val, 0, 9.0e15, &v) != 0 || v != (long)v)
+            return -1;
+        o->seed = (long)v;
+        o->has_seed = 1;
+        return 0;
+    }
+    return -1;
 }
 
 /* 0 ok, 1 help printed, 2 usage error printed. */
 static int parse_args(int argc, char **argv, prompt_opts *o)
 {
-    double v;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int rc;
 
     memset(o, 0, sizeof *o);
+    cli_opts_init(&o->c);
     o->think = 1;
     o->effort = "max";
     o->max_tokens = 256;
     o->top_p = 1;
-    o->threads = cores > 0 ? cores : 1;
-    o->chunk = 16;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 1;
-        }
-        if (strcmp(a, "--chat") == 0) { o->chat = 1; continue; }
-        if (strcmp(a, "--no-think") == 0) { o->think = 0; continue; }
-        if (strcmp(a, "--stats") == 0) { o->stats = 1; continue; }
-        if (a[0] != '-') {
-            if (o->model) {
-                fprintf(stderr, "run: more than one MODEL\n");
-                return 2;
-            }
-            o->model = a;
-            continue;
-        }
-        if (!val) {
-            fprintf(stderr, "run: %s needs a value\n", a);
-            return 2;
-        }
-        i++;
-        if (strcmp(a, "--prompt") == 0) o->prompt = val;
-        else if (strcmp(a, "--system") == 0) o->system = val;
-        else if (strcmp(a, "--effort") == 0) o->effort = val;
-        else if (strcmp(a, "--home") == 0) o->home = val;
-        else if (strcmp(a, "--spine") == 0 && (strcmp(val, "f32") == 0 || strcmp(val, "int8") == 0))
-            o->spine_f32 = strcmp(val, "f32") == 0;
-        else if (strcmp(a, "--temperature") == 0 && num(val, 0, 2, &o->temperature) == 0) ;
-        else if (strcmp(a, "--top-p") == 0 && num(val, 0, 1, &o->top_p) == 0) ;
-        else if (strcmp(a, "--max-tokens") == 0 && num(val, 1, 1 << 20, &v) == 0 && v == (long)v)
-            o->max_tokens = (long)v;
-        else if (strcmp(a, "--threads") == 0 && num(val, 1, 256, &v) == 0 && v == (long)v)
-            o->threads = (long)v;
-        else if (strcmp(a, "--chunk") == 0 && num(val, 1, 4096, &v) == 0 && v == (long)v)
-            o->chunk = (long)v;
-        else if (strcmp(a, "--seed") == 0 && num(val, 0, 9.0e15, &v) == 0 && v == (long)v) {
-            o->seed = (long)v;
-            o->has_seed = 1;
-        } else {
-            fprintf(stderr, "run: bad option or value: %s %s\n", a, val);
-            return 2;
-        }
-    }
-    if (!o->model || !o->prompt) {
-        fprintf(stderr, "run: MODEL and --prompt TEXT are needed (see --help)\n");
+    if ((rc = cli_parse("run", argc, argv, PROMPT_OPTS, prompt_own, o, usage, &o->c)) != 0)
+        return rc;
+    if (!o->prompt) {
+        fprintf(stderr, "run: --prompt TEXT is needed (see --help)\n");
         return 2;
     }
     return 0;
@@ -208,25 +188,16 @@ int engine_cmd_prompt(int argc, char **argv)
     tokenizer_ids ids = { 0 };
     out_ctx oc;
     shoal_err err = { 0 };
-    char home[SHOAL_PATH_MAX];
     int rc;
 
     if ((rc = parse_args(argc, argv, &o)) != 0)
         return rc == 1 ? 0 : 2;
-    if (strncmp(o.model, "hf://", 5) == 0) {
-        shoal_env env;
-        shoal_env_capture(&env);
-        if (shoal_home_resolve(&env, o.home, home, sizeof home, &err) != 0) {
-            fprintf(stderr, "run: %s: no cache directory for shoald: %s (use --home)\n",
-                    o.model, err.msg);
-            return 1;
-        }
-        mo.home = home;
-    }
-    mo.threads = (int)o.threads;
-    mo.chunk = (size_t)o.chunk;
-    mo.spine_f32 = o.spine_f32;
-    if ((rc = gen_model_open(o.model, &mo, &gm, &err)) != 0) {
+    if (cli_home("run", &o.c, &err) != 0)
+        return 1;
+    o.c.load.plan_out = stderr;
+    o.c.load.progress = cli_progress;
+    mo.load = &o.c.load;
+    if ((rc = gen_model_open(o.c.model, &mo, &gm, &err)) != 0) {
         fprintf(stderr, "run: %s\n", err.msg);
         return 1;
     }
@@ -235,6 +206,13 @@ int engine_cmd_prompt(int argc, char **argv)
     shoal_buf_init(&oc.r, 0);
     shoal_buf_init(&oc.c, 0);
     rc = build_prompt(&o, gm.tok, &ids, &err);
+    if (rc == 0 && ids.n + (size_t)o.max_tokens > gm.backend.n_ctx)
+        rc = shoal_err_set(&err, SHOAL_ERANGE, "the prompt (%zu tokens) and --max-tokens %ld "
+                           "need %zu positions; the context is %zu tokens (%s)", ids.n,
+                           o.max_tokens, ids.n + (size_t)o.max_tokens, gm.backend.n_ctx,
+                           gm.backend.n_ctx < (size_t)gm.model->cfg.max_positions
+                               ? "the memory plan's cap: raise it with --context N, or give "
+                                 "the run more memory" : "max_position_embeddings");
     if (rc == 0 && o.chat && !(oc.parser = chat_parser_new(gm.tok, o.think)))
         rc = shoal_err_set(&err, SHOAL_ENOMEM, "out of memory");
     if (rc == 0 && !o.chat && !(oc.ts = tokenizer_stream_new(gm.tok)))
@@ -257,7 +235,7 @@ int engine_cmd_prompt(int argc, char **argv)
             tokenizer_stream_flush(oc.ts, &oc.c);
         print_bufs(&oc);
         fputc('\n', stdout);
-        if (o.stats)
+        if (o.c.stats)
             fprintf(stderr, "\nprompt %zu tokens, completion %zu tokens (%s); prefill %.3f s, "
                             "decode %.3f s (%.2f ms/token)\n",
                     res.prompt_tokens, res.completion_tokens, gen_finish_name(res.finish),

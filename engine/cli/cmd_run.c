@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "common/buf.h"
@@ -33,32 +34,34 @@
 #include "engine/source/source.h"
 
 typedef struct run_opts {
-    const char *model;
+    cli_opts c;                  /* MODEL and every shared option */
     int32_t *tokens;
     size_t n_tokens;
     long max_tokens;
-    int json, stats, stop_at_eos;
+    int json, stop_at_eos;
     const char *dump_logits, *dump_hidden;
-    long threads, chunk;
-    int experts;                 /* -1: by spine */
-    engine_model_options mopt;
-    const char *home;            /* --home: shoald's cache for hf:// models */
-    long timeout_ms;             /* --timeout: per shoald item */
-    uint64_t expert_ram;         /* --expert-ram */
-    int expert_ram_set;
-    int page_cache;              /* --page-cache (expert_page_cache) */
-    int no_prefetch;             /* --prefetch on|score|off: 0, 1, 2 */
-    double cutoff;               /* --prefetch-cutoff */
-    int spine_cache_off;         /* --spine-cache off */
-    uint64_t read_part;          /* --read-part (0: the source's default) */
+    const char *toks;            /* --tokens as given */
 } run_opts;
+
+enum { RUN_TOKENS = CLI_OWN, RUN_MAX_TOKENS, RUN_STOP_EOS, RUN_JSON, RUN_DUMP_LOGITS,
+       RUN_DUMP_HIDDEN, RUN_EXPERTS, RUN_ALOG, RUN_MLA_EPS, RUN_L2 };
+
+static const cli_option RUN_OPTS[] = {
+    { "tokens", 1, RUN_TOKENS }, { "max-tokens", 1, RUN_MAX_TOKENS },
+    { "stop-at-eos", 0, RUN_STOP_EOS }, { "json", 0, RUN_JSON },
+    { "dump-logits", 1, RUN_DUMP_LOGITS }, { "dump-hidden", 1, RUN_DUMP_HIDDEN },
+    { "experts", 1, RUN_EXPERTS }, { "alog", 1, RUN_ALOG }, { "mla-eps", 1, RUN_MLA_EPS },
+    { "l2", 1, RUN_L2 }, { NULL, 0, 0 },
+};
 
 static void usage(FILE *f)
 {
     fputs("usage: shoal-engine run MODEL --tokens IDS [--max-tokens N] [options]\n"
+          "       shoal-engine run MODEL --prompt TEXT [options]   (run --prompt --help)\n"
           "\n"
           "Greedy generation from comma-separated token ids; prints the generated\n"
-          "ids space-separated as the last line of stdout.\n"
+          "ids space-separated as the last line of stdout.  The memory plan is printed\n"
+          "on stderr first (`shoal-engine plan MODEL` prints it alone).\n"
           "\n"
           "  MODEL               a local model directory, or hf://org/name[@rev]\n"
           "                      read through a running shoald\n"
@@ -66,32 +69,14 @@ static void usage(FILE *f)
           "  --max-tokens N      tokens to generate (default 16)\n"
           "  --stop-at-eos       stop after eos_token_id\n"
           "  --json              print one JSON object instead of the ids line\n"
+          "                      (with --stats, the plan and the counters too)\n"
           "  --dump-logits FILE  float32 LE, vocab_size values per generated token\n"
           "  --dump-hidden FILE  .npy float64 [positions, layers, hidden]\n"
-          "  --stats             per-token time, expert bytes and tiers, time split (stderr)\n"
-          "  --threads N         compute threads (default: online cores)\n"
-          "  --chunk N           prefill chunk size (default 16)\n"
-          "  --spine int8|f32    spine numerics (default int8)\n"
-          "  --spine-cache on|off  hf:// models: map the int8 spine shoald cached at an\n"
-          "                      earlier load, or store it after quantizing (default on)\n"
           "  --experts fast|exact  routed experts: int8 or f32 activations\n"
-          "                      (default fast with the int8 spine, exact with f32)\n"
+          "                      (default fast, exact with --spine f32)\n"
           "  --alog per-head|per-channel   KDA A_log indexing (default per-head)\n"
           "  --mla-eps E         MLA latent RMSNorm epsilon (default 1e-6)\n"
-          "  --l2 fla|max        KDA L2 norm form (default fla)\n"
-          "  --home DIR          shoald's cache directory for hf:// models (default\n"
-          "                      $SHOAL_HOME, else $XDG_CACHE_HOME/shoal, else ~/.cache/shoal)\n"
-          "  --timeout MS        give up on shoald after MS ms without an answer (default 60000)\n"
-          "  --expert-ram SIZE   hf://: experts kept in RAM, e.g. 8G, 0 for none\n"
-          "                      (default: half of MemAvailable after the spine)\n"
-          "  --page-cache keep|dontneed|direct   hf://: how expert reads treat the page\n"
-          "                      cache (default: direct when the experts do not fit\n"
-          "                      --expert-ram, else keep; docs/performance.md)\n"
-          "  --prefetch on|score|off   hf://: router lookahead prefetches (default on;\n"
-          "                      score measures recall without sending)\n"
-          "  --prefetch-cutoff R recall under which a layer stops prefetching (default 0.5)\n"
-          "  --read-part SIZE    hf://, advanced: read each expert in parts of SIZE\n"
-          "                      (rounded up to whole pages; default 1M, 4M direct)\n", f);
+          "  --l2 fla|max        KDA L2 norm form (default fla)\n", f);
 }
 
 static int parse_tokens(const char *s, run_opts *o)
@@ -119,105 +104,54 @@ static int parse_tokens(const char *s, run_opts *o)
     return o->n_tokens ? 0 : -1;
 }
 
-/* 0, or 2 after printing a usage error. */
+static int run_own(void *ctx, int id, const char *val)
+{
+    run_opts *o = ctx;
+    engine_load_options *l = &o->c.load;
+    double v;
+
+    switch (id) {
+    case RUN_TOKENS: o->toks = val; return 0;
+    case RUN_MAX_TOKENS: return shoal_long_parse(val, 0, 1L << 20, &o->max_tokens);
+    case RUN_STOP_EOS: o->stop_at_eos = 1; return 0;
+    case RUN_JSON: o->json = 1; return 0;
+    case RUN_DUMP_LOGITS: o->dump_logits = val; return 0;
+    case RUN_DUMP_HIDDEN: o->dump_hidden = val; return 0;
+    case RUN_EXPERTS:
+        if (strcmp(val, "fast") == 0) l->experts = KERNELS_FAST;
+        else if (strcmp(val, "exact") == 0) l->experts = KERNELS_EXACT;
+        else return -1;
+        return 0;
+    case RUN_ALOG:
+        if (strcmp(val, "per-head") == 0) l->alog = ENGINE_ALOG_PER_HEAD;
+        else if (strcmp(val, "per-channel") == 0) l->alog = ENGINE_ALOG_PER_CHANNEL;
+        else return -1;
+        return 0;
+    case RUN_L2:
+        if (strcmp(val, "fla") == 0) l->l2 = ENGINE_L2_FLA;
+        else if (strcmp(val, "max") == 0) l->l2 = ENGINE_L2_MAX;
+        else return -1;
+        return 0;
+    case RUN_MLA_EPS:
+        if (cli_number(val, 1e-30, 1, &v) != 0)
+            return -1;
+        l->mla_eps = v;
+        return 0;
+    }
+    return -1;
+}
+
+/* 0, 1 after --help/--version, or 2 after printing a usage error. */
 static int parse_args(int argc, char **argv, run_opts *o)
 {
-    const char *toks = NULL;
+    int rc;
 
-    engine_model_options_default(&o->mopt);
+    cli_opts_init(&o->c);
+    o->c.load.plan.copies = 1;           /* run --tokens holds one sequence */
     o->max_tokens = 16;
-    o->chunk = 16;
-    o->threads = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
-    o->experts = -1;
-    o->page_cache = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = 1;
-        if (strcmp(a, "--json") == 0) o->json = 1, takes = 0;
-        else if (strcmp(a, "--stats") == 0) o->stats = 1, takes = 0;
-        else if (strcmp(a, "--stop-at-eos") == 0) o->stop_at_eos = 1, takes = 0;
-        else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage(stdout); return 1; }
-        else if (a[0] != '-' || strcmp(a, "-") == 0) {
-            if (o->model) { fprintf(stderr, "run: more than one MODEL\n"); return 2; }
-            o->model = a;
-            takes = 0;
-        } else if (!val) {
-            fprintf(stderr, "run: %s needs a value\n", a);
-            return 2;
-        } else if (strcmp(a, "--tokens") == 0) toks = val;
-        else if (strcmp(a, "--max-tokens") == 0) {
-            if (shoal_long_parse(val, 0, 1L << 20, &o->max_tokens)) goto bad;
-        } else if (strcmp(a, "--threads") == 0) {
-            if (shoal_long_parse(val, 1, 256, &o->threads)) goto bad;
-        } else if (strcmp(a, "--chunk") == 0) {
-            if (shoal_long_parse(val, 1, 4096, &o->chunk)) goto bad;
-        } else if (strcmp(a, "--timeout") == 0) {
-            if (shoal_long_parse(val, 1, 86400000L, &o->timeout_ms)) goto bad;
-        } else if (strcmp(a, "--home") == 0) o->home = val;
-        else if (strcmp(a, "--expert-ram") == 0) {
-            if (shoal_size_parse(val, &o->expert_ram) != 0) goto bad;
-            o->expert_ram_set = 1;
-        } else if (strcmp(a, "--page-cache") == 0) {
-            if (strcmp(val, "keep") == 0) o->page_cache = EXPERT_PC_KEEP;
-            else if (strcmp(val, "dontneed") == 0) o->page_cache = EXPERT_PC_DONTNEED;
-            else if (strcmp(val, "direct") == 0) o->page_cache = EXPERT_PC_DIRECT;
-            else goto bad;
-        } else if (strcmp(a, "--read-part") == 0) {
-            if (shoal_size_parse(val, &o->read_part) != 0 || o->read_part == 0
-                || o->read_part > (1ull << 30)) goto bad;
-        } else if (strcmp(a, "--prefetch") == 0) {
-            if (strcmp(val, "on") == 0) o->no_prefetch = 0;
-            else if (strcmp(val, "score") == 0) o->no_prefetch = 1;
-            else if (strcmp(val, "off") == 0) o->no_prefetch = 2;
-            else goto bad;
-        } else if (strcmp(a, "--prefetch-cutoff") == 0) {
-            char *end;
-            errno = 0;
-            o->cutoff = strtod(val, &end);
-            if (errno || end == val || *end || !(o->cutoff > 0 && o->cutoff <= 1)) goto bad;
-        }
-        else if (strcmp(a, "--dump-logits") == 0) o->dump_logits = val;
-        else if (strcmp(a, "--dump-hidden") == 0) o->dump_hidden = val;
-        else if (strcmp(a, "--spine") == 0) {
-            if (strcmp(val, "int8") == 0) o->mopt.spine = ENGINE_SPINE_INT8;
-            else if (strcmp(val, "f32") == 0) o->mopt.spine = ENGINE_SPINE_F32;
-            else goto bad;
-        } else if (strcmp(a, "--spine-cache") == 0) {
-            if (strcmp(val, "on") == 0) o->spine_cache_off = 0;
-            else if (strcmp(val, "off") == 0) o->spine_cache_off = 1;
-            else goto bad;
-        } else if (strcmp(a, "--experts") == 0) {
-            if (strcmp(val, "fast") == 0) o->experts = KERNELS_FAST;
-            else if (strcmp(val, "exact") == 0) o->experts = KERNELS_EXACT;
-            else goto bad;
-        } else if (strcmp(a, "--alog") == 0) {
-            if (strcmp(val, "per-head") == 0) o->mopt.alog = ENGINE_ALOG_PER_HEAD;
-            else if (strcmp(val, "per-channel") == 0) o->mopt.alog = ENGINE_ALOG_PER_CHANNEL;
-            else goto bad;
-        } else if (strcmp(a, "--l2") == 0) {
-            if (strcmp(val, "fla") == 0) o->mopt.l2 = ENGINE_L2_FLA;
-            else if (strcmp(val, "max") == 0) o->mopt.l2 = ENGINE_L2_MAX;
-            else goto bad;
-        } else if (strcmp(a, "--mla-eps") == 0) {
-            char *end;
-            errno = 0;
-            o->mopt.mla_eps = strtod(val, &end);
-            if (errno || end == val || *end || !(o->mopt.mla_eps > 0)) goto bad;
-        } else {
-            fprintf(stderr, "run: unknown option %s (see --help)\n", a);
-            return 2;
-        }
-        i += takes;
-        continue;
-bad:
-        fprintf(stderr, "run: bad value for %s: %s\n", a, val);
-        return 2;
-    }
-    if (!o->model) {
-        fprintf(stderr, "run: MODEL is required (see --help)\n");
-        return 2;
-    }
-    if (!toks || parse_tokens(toks, o) != 0) {
+    if ((rc = cli_parse("run", argc, argv, RUN_OPTS, run_own, o, usage, &o->c)) != 0)
+        return rc;
+    if (!o->toks || parse_tokens(o->toks, o) != 0) {
         fprintf(stderr, "run: --tokens needs comma-separated integer ids\n");
         return 2;
     }
@@ -287,6 +221,7 @@ typedef struct gen_out {
     double *step_ms;     /* [n]: prefill for 0, decode after */
     double *wait_ms;     /* [n]: of which waiting for experts */
     uint64_t prefill_loads, prefill_uses;
+    uint64_t majflt_load, majflt_run;   /* major page faults: at load, while generating */
 } gen_out;
 
 static int32_t argmax(const float *x, size_t n)
@@ -351,6 +286,9 @@ static void print_recall(const engine_session *s, const engine_model *m,
         fprintf(stderr, "stats: reads: %.1f MiB (%.1f MiB as guesses), some read running for "
                 "%.1f ms\n", (double)es->read_bytes / 1048576.0,
                 (double)es->read_guess_bytes / 1048576.0, (double)es->read_busy_ns / 1e6);
+    if (es->pool_max)
+        fprintf(stderr, "stats: expert buffers outside the RAM tier: at most %" PRIu64 " held "
+                "(the pool: %" PRIu64 ")\n", es->pool_peak, es->pool_max);
     fprintf(stderr, "stats: recall per MoE layer (lookahead / previous token; sent):");
     for (int64_t l = 0; l < m->cfg.n_layers; l++) {
         engine_layer_recall r;
@@ -397,7 +335,44 @@ static void print_stats(const run_opts *o, const gen_out *g, const engine_sessio
         print_recall(s, m, &es);
 }
 
-static int print_json(const run_opts *o, const gen_out *g)
+/* The process's major page faults so far: each one a read from disk of a
+ * page that was not in memory (a spine that stays resident has none
+ * during generation). */
+static uint64_t majflt_now(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (uint64_t)ru.ru_majflt : 0;
+}
+
+/* --json with --stats: the plan, the major faults and the spine's load. */
+static int json_stats(shoal_json *root, const gen_out *g, const engine_loaded *l)
+{
+    shoal_json *pl = plan_to_json(&l->plan), *st = shoal_json_object();
+    int rc = pl && st ? 0 : -1;
+
+    if (rc == 0) {
+        rc |= shoal_json_set_int(st, "majflt_load", (int64_t)g->majflt_load);
+        rc |= shoal_json_set_int(st, "majflt_run", (int64_t)g->majflt_run);
+        rc |= shoal_json_set_int(st, "spine_bytes", (int64_t)l->model->spine_bytes);
+        if (l->remote) {
+            engine_remote_spine sp;
+            engine_remote_spine_info(l->remote, &sp);
+            rc |= shoal_json_set_bool(st, "spine_from_pack", sp.from_pack);
+            rc |= shoal_json_set_bool(st, "spine_built", sp.built);
+            rc |= shoal_json_set_bool(st, "spine_stored", sp.stored);
+            rc |= shoal_json_set_int(st, "spine_pack_bytes", (int64_t)sp.pack_bytes);
+            rc |= shoal_json_set_num(st, "spine_load_ms", sp.load_ms);
+            rc |= shoal_json_set_num(st, "spine_read_ms", sp.read_ms);
+        }
+    }
+    if (rc == 0) { rc = shoal_json_set_take(root, "plan", pl); pl = NULL; }
+    if (rc == 0) { rc = shoal_json_set_take(root, "stats", st); st = NULL; }
+    shoal_json_free(pl);
+    shoal_json_free(st);
+    return rc;
+}
+
+static int print_json(const run_opts *o, const gen_out *g, const engine_loaded *l)
 {
     shoal_json *root = shoal_json_object(), *pt = shoal_json_array(), *tk = shoal_json_array();
     shoal_json *tm = shoal_json_object(), *per = shoal_json_array();
@@ -424,6 +399,8 @@ static int print_json(const run_opts *o, const gen_out *g)
     if (rc == 0) { rc = shoal_json_set_take(root, "prompt_tokens", pt); pt = NULL; }
     if (rc == 0) { rc = shoal_json_set_take(root, "tokens", tk); tk = NULL; }
     if (rc == 0) { rc = shoal_json_set_take(root, "timings", tm); tm = NULL; }
+    if (rc == 0 && o->c.stats)
+        rc = json_stats(root, g, l);
     shoal_buf_init(&b, 0);
     if (rc == 0)
         rc = shoal_json_dump(root, 0, &b);
@@ -438,54 +415,67 @@ static int print_json(const run_opts *o, const gen_out *g)
     return rc;
 }
 
+/* The prompt and the tokens to generate must fit the plan's context. */
+static int context_check(const run_opts *o, const engine_loaded *l, shoal_err *err)
+{
+    int64_t need = (int64_t)o->n_tokens + (o->max_tokens > 0 ? o->max_tokens - 1 : 0);
+    int64_t ctx = l->plan.context;
+
+    if (need <= ctx)
+        return 0;
+    return shoal_err_set(err, SHOAL_ERANGE, "the prompt (%zu tokens) and --max-tokens %ld need "
+                         "%" PRId64 " positions; the context is %" PRId64 " tokens (%s)",
+                         o->n_tokens, o->max_tokens, need, ctx,
+                         l->plan.context_set ? "--context"
+                         : ctx < l->model->cfg.max_positions
+                             ? "the memory plan's cap: raise it with --context N, or give the "
+                               "run more memory"
+                             : "max_position_embeddings");
+}
+
+static void print_spine(const engine_loaded *l)
+{
+    engine_remote_spine sp;
+    if (!l->remote)
+        return;
+    engine_remote_spine_info(l->remote, &sp);
+    fprintf(stderr, "stats: spine %s %s in %.1f ms%s%s\n",
+            k3_spine_mode_name((k3_spine_mode)sp.mode),
+            sp.built ? "quantized into a pack at load"
+            : sp.from_pack ? "from the cached pack (nothing quantized)" : "quantized in memory",
+            sp.load_ms,
+            sp.stored ? (sp.put_direct ? "; pack stored (written into shoald's file)"
+                                       : "; pack stored (PUT of a temporary file)")
+            : sp.refused ? "; cached pack refused" : "",
+            !sp.from_pack ? "" : sp.mapped ? (sp.locked ? "; mapped and locked"
+                                                        : "; mapped, not locked")
+            : sp.direct ? "; read into memory with O_DIRECT" : "; read into memory");
+}
+
 static int run_model(run_opts *o, shoal_err *err)
 {
-    kernels_pool *pool = kernels_pool_new((int)o->threads);
-    engine_model *m = NULL;
-    engine_remote *remote = NULL;
-    expert_source *src = NULL;
+    engine_loaded l;
+    const engine_model *m;
     engine_session *s = NULL;
     hidden_sink hs = { 0 };
     gen_out g = { 0 };
-    uint64_t t0 = shoal_now_ns();
     int rc;
 
-    if (!pool)
-        return shoal_err_set(err, SHOAL_ENOMEM, "cannot start %ld threads", o->threads);
-    o->mopt.pool = pool;
-    if (engine_remote_is_spec(o->model)) {
-        engine_remote_options ro = { .home = o->home, .timeout_ms = (int)o->timeout_ms,
-                                     .expert_ram = o->expert_ram,
-                                     .expert_ram_set = o->expert_ram_set,
-                                     .page_cache = (expert_page_cache)o->page_cache,
-                                     .page_cache_set = o->page_cache >= 0,
-                                     .spine_cache_off = o->spine_cache_off,
-                                     .read_part = o->read_part };
-        if ((rc = engine_remote_open(o->model, &ro, &o->mopt, &remote, err)) != 0)
-            goto done;
-        m = engine_remote_model(remote);
-    } else if ((rc = engine_model_open(o->model, &o->mopt, &m, err)) != 0) {
-        goto done;
-    }
-    g.load_ms = (double)(shoal_now_ns() - t0) / 1e6;
+    o->c.load.plan_out = stderr;
+    o->c.load.progress = cli_progress;
+    if ((rc = engine_load_open(o->c.model, &o->c.load, &l, err)) != 0)
+        return rc;
+    m = l.model;
+    g.load_ms = l.load_ms;
     for (size_t i = 0; i < o->n_tokens; i++)
         if (o->tokens[i] < 0 || o->tokens[i] >= m->cfg.vocab) {
             rc = shoal_err_set(err, SHOAL_ERANGE, "--tokens: %d is outside the vocabulary [0, %lld)",
                                (int)o->tokens[i], (long long)m->cfg.vocab);
             goto done;
         }
-    if (remote)
-        src = engine_remote_source(remote);
-    else if (!(src = expert_source_local_new(m))) {
-        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    if ((rc = context_check(o, &l, err)) != 0)
         goto done;
-    }
-    engine_session_options so = {
-        .experts = o->experts >= 0 ? (kernels_numerics)o->experts
-                   : o->mopt.spine == ENGINE_SPINE_F32 ? KERNELS_EXACT : KERNELS_FAST,
-        .chunk = (size_t)o->chunk, .pool = pool, .src = src,
-        .no_prefetch = o->no_prefetch, .prefetch_cutoff = o->cutoff,
-    };
+    engine_session_options so = l.session;
     if (o->dump_hidden) {
         hs.layers = (int)m->cfg.n_layers;
         hs.dim = (size_t)m->cfg.hidden;
@@ -503,8 +493,10 @@ static int run_model(run_opts *o, shoal_err *err)
         rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
         goto done;
     }
+    g.majflt_load = majflt_now();
     if ((rc = engine_session_new(m, &so, &s, err)) != 0 || (rc = generate(o, s, m, &g, err)) != 0)
         goto done;
+    g.majflt_run = majflt_now() - g.majflt_load;
     if (o->dump_logits) {
         size_t bytes = g.n * (size_t)m->cfg.vocab * sizeof(float);
         /* float32 little-endian: the host order on every target we build for */
@@ -516,18 +508,14 @@ static int run_model(run_opts *o, shoal_err *err)
         if ((rc = npy_write(o->dump_hidden, &hs, err)) != 0)
             goto done;
     }
-    if (o->stats)
-        print_stats(o, &g, s, src, m);
-    if (o->stats && remote) {
-        engine_remote_spine sp;
-        engine_remote_spine_info(remote, &sp);
-        fprintf(stderr, "stats: spine %s in %.1f ms%s\n",
-                sp.from_pack ? "mapped from the cached int8 pack (nothing quantized)"
-                             : "quantized at load", sp.load_ms,
-                sp.stored ? "; pack stored" : sp.refused ? "; cached pack refused" : "");
+    if (o->c.stats) {
+        print_stats(o, &g, s, l.src, m);
+        print_spine(&l);
+        fprintf(stderr, "stats: major page faults: %" PRIu64 " while loading, %" PRIu64
+                " while generating\n", g.majflt_load, g.majflt_run);
     }
     if (o->json) {
-        rc = print_json(o, &g) == 0 ? 0 : shoal_err_set(err, SHOAL_ENOMEM, "cannot build the JSON");
+        rc = print_json(o, &g, &l) == 0 ? 0 : shoal_err_set(err, SHOAL_ENOMEM, "cannot build the JSON");
     } else {
         for (size_t i = 0; i < g.n; i++)
             printf("%s%d", i ? " " : "", (int)g.ids[i]);
@@ -535,13 +523,7 @@ static int run_model(run_opts *o, shoal_err *err)
     }
 done:
     engine_session_free(s);
-    if (remote) {
-        engine_remote_free(remote);     /* owns the model and the source */
-    } else {
-        expert_source_free(src);
-        engine_model_free(m);
-    }
-    kernels_pool_free(pool);
+    engine_load_close(&l);
     free(hs.data);
     free(g.ids);
     free(g.step_ms);
@@ -554,29 +536,18 @@ int engine_cmd_run(int argc, char **argv)
 {
     run_opts o = { 0 };
     shoal_err err = { 0 };
-    char home[SHOAL_PATH_MAX];
     int rc;
 
     /* text prompts are cmd_prompt.c's */
     for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--prompt") == 0)
+        if (strcmp(argv[i], "--prompt") == 0 || strncmp(argv[i], "--prompt=", 9) == 0)
             return engine_cmd_prompt(argc, argv);
     rc = parse_args(argc, argv, &o);
-
+    if (rc == 0 && cli_home("run", &o.c, &err) != 0)
+        rc = 3;
     if (rc != 0) {
         free(o.tokens);
-        return rc == 1 ? 0 : rc;
-    }
-    if (engine_remote_is_spec(o.model)) {
-        shoal_env env;
-        shoal_env_capture(&env);
-        if (shoal_home_resolve(&env, o.home, home, sizeof home, &err) != 0) {
-            fprintf(stderr, "run: %s: no cache directory for shoald: %s (use --home)\n",
-                    o.model, err.msg);
-            free(o.tokens);
-            return 1;
-        }
-        o.home = home;
+        return rc == 1 ? 0 : rc == 3 ? 1 : rc;
     }
     rc = run_model(&o, &err);
     free(o.tokens);

@@ -16,6 +16,7 @@ static void usage(FILE *f)
           "  run MODEL --tokens IDS [--max-tokens N] ...   greedy generation from ids\n"
           "  run MODEL --prompt TEXT [--chat] ...          generation from text\n"
           "  serve MODEL ...                               OpenAI-compatible HTTP API\n"
+          "  plan MODEL [--ram SIZE] [--context N] ...     the memory plan, no weights read\n"
           "  tokenize [MODEL_DIR] ...                      text <-> token ids\n"
           "\n"
           "  shoal-engine COMMAND --help   options of a command\n"
@@ -53,6 +54,8 @@ int main(int argc, char **argv)
         return engine_cmd_prompt(argc - 1, argv + 1);
     if (strcmp(argv[1], "serve") == 0)
         return engine_cmd_serve(argc - 1, argv + 1);
+    if (strcmp(argv[1], "plan") == 0)
+        return engine_cmd_plan(argc - 1, argv + 1);
     fprintf(stderr, "shoal-engine: unknown command %s\n", argv[1]);
     usage(stderr);
     return 2;

@@ -45,17 +45,27 @@
 /* ==== session setup ====================================================== */
 
 
-/* Grow the MLA cache to hold `need` positions. */
+/* The most positions the session holds: the plan's context, or the model's. */
+static int64_t session_ctx(const engine_session *s)
+{
+    int64_t max = s->m->cfg.max_positions;
+    return s->opt.max_positions > 0 && s->opt.max_positions < max ? s->opt.max_positions : max;
+}
+
+/* Grow the MLA cache to hold `need` positions, doubling, but never past
+ * the session's context (the memory plan counted exactly that many). */
 static int session_mla_reserve(engine_session *s, size_t need, shoal_err *err)
 {
     const k3_config *c = &s->m->cfg;
-    size_t cap = s->mla_cap ? s->mla_cap : 64;
+    size_t cap = s->mla_cap ? s->mla_cap : 64, ctx = (size_t)session_ctx(s);
     size_t kl = (size_t)c->kv_lora_rank, rope = (size_t)c->qk_rope_dim;
 
     if (need <= s->mla_cap)
         return 0;
     while (cap < need)
         cap *= 2;
+    if (cap > ctx)
+        cap = ctx > need ? ctx : need;
     for (int64_t i = 0; i < c->n_layers; i++) {
         if (c->layers[i].attn != K3_ATTN_MLA)
             continue;
@@ -180,7 +190,7 @@ int engine_session_new(const engine_model *m, const engine_session_options *opt,
     if (rc == 0 && c->n_moe_layers > 0)
         rc = lookahead_alloc(s);
     if (rc == 0)
-        rc = session_mla_reserve(s, 64, err);
+        rc = session_mla_reserve(s, session_ctx(s) < 64 ? (size_t)session_ctx(s) : 64, err);
     if (rc != 0) {
         engine_session_free(s);
         return shoal_err_set(err, rc, "session: out of memory");
@@ -792,9 +802,13 @@ int engine_session_run(engine_session *s, const int32_t *tokens, size_t n, float
         if (tokens[i] < 0 || tokens[i] >= c->vocab)
             return shoal_err_set(err, SHOAL_ERANGE, "token id %d is outside the vocabulary [0, %lld)",
                                  (int)tokens[i], (long long)c->vocab);
-    if (s->pos + (int64_t)n > c->max_positions)
-        return shoal_err_set(err, SHOAL_ERANGE, "%lld positions exceed max_position_embeddings %lld",
-                             (long long)(s->pos + (int64_t)n), (long long)c->max_positions);
+    if (s->pos + (int64_t)n > session_ctx(s))
+        return shoal_err_set(err, SHOAL_ERANGE, "%lld positions exceed the context of %lld "
+                             "tokens (%s)", (long long)(s->pos + (int64_t)n),
+                             (long long)session_ctx(s),
+                             session_ctx(s) < c->max_positions ? "the memory plan's cap; "
+                             "--context or more memory to raise it"
+                                                               : "max_position_embeddings");
     for (size_t off = 0; off < n && rc == 0; off += s->opt.chunk) {
         size_t len = n - off < s->opt.chunk ? n - off : s->opt.chunk;
         rc = forward_chunk(s, tokens + off, len, off + len == n ? logits : NULL, err);

@@ -7,7 +7,7 @@
  * each other:
  *   1. ops          the small per-token steps (ops.c)
  *   2. the model    config, weights with their shapes, binding (model.c)
- *   3. spine pack   the int8 spine serialized (spine_pack.c)
+ *   3. spine pack   the derived spine serialized (spine_pack.c)
  *   4. experts      the expert-source interface and the local source
  *                   (expert_source.c)
  *   5. sessions     one sequence's state and the pass itself (forward.c,
@@ -22,6 +22,7 @@
 
 #include "common/err.h"
 #include "common/k3_config.h"
+#include "common/k3_sizes.h"
 #include "engine/kernels/kernels.h"
 
 /* ---- 1. ops ---------------------------------------------------------------
@@ -84,9 +85,9 @@ void engine_kda_step(float *S, const float *q, const float *k, const float *v,
  * Owns: reading config.json and model.safetensors.index.json, mapping the
  * shards (read-only mmap), finding every language tensor by name, checking
  * its dtype and shape against the config (errors name the tensor), and
- * deriving the spine at load: BF16 matrices quantized to int8 with one scale
- * per row (or widened to f32 with ENGINE_SPINE_F32), small tensors widened to
- * f32.  Routed experts stay as mapped, never copied nor re-encoded.  Vision
+ * deriving the spine at load: each BF16 matrix in the format its spine mode
+ * gives it (common/k3_sizes.h: int8 with one scale per row, int4 in groups of
+ * 32, or f32), small tensors widened to f32.  Routed experts stay as mapped, never copied nor re-encoded.  Vision
  * tensors are never looked up.  Does not own running the model (part 5)
  * nor fetching experts (part 4).
  *
@@ -96,7 +97,19 @@ void engine_kda_step(float *S, const float *q, const float *k, const float *v,
  * moe_intermediate, Id dense intermediate, S = shared experts · I.
  */
 
-typedef enum engine_spine { ENGINE_SPINE_INT8 = 0, ENGINE_SPINE_F32 = 1 } engine_spine;
+/* The spine modes are common/k3_sizes.h's: which format each matrix gets. */
+typedef enum engine_spine {
+    ENGINE_SPINE_INT8 = K3_SPINE_INT8,
+    ENGINE_SPINE_INT4 = K3_SPINE_INT4,
+    ENGINE_SPINE_F32 = K3_SPINE_F32
+} engine_spine;
+
+struct spine_pack;
+struct spine_pack_writer;
+
+/* Progress of a long step of a load: `phase` ("quantizing", "storing",
+ * "reading"), done of total bytes (total 0: not known). */
+typedef void (*engine_progress_fn)(void *ctx, const char *phase, uint64_t done, uint64_t total);
 
 /* Which A_log entry scales a KDA channel (k3.md §3.3 ⚠). */
 typedef enum engine_alog_mode {
@@ -106,26 +119,38 @@ typedef enum engine_alog_mode {
 
 /* Load-time choices.  engine_model_options_default() gives the spec's. */
 typedef struct engine_model_options {
-    engine_spine     spine;       /* int8 (default) or f32 */
+    engine_spine     spine;       /* int8 (default), int4 or f32 */
     engine_alog_mode alog;
     engine_l2_mode   l2;          /* KDA q/k L2 norm form */
     double           mla_eps;     /* q_a / kv_a latent RMSNorm ε (1e-6) */
     kernels_pool    *pool;        /* threads for quantizing at load; may be NULL */
-    /* int8 spine only: take every derived matrix from this pack instead of
-     * quantizing (part 3); it must outlive the model.  NULL:
-     * derive them. */
+    /* int8 / int4 spine: take every derived matrix from this pack instead
+     * of quantizing (part 3); it must outlive the model.  NULL: derive
+     * them. */
     struct spine_pack *pack;
+    /* Build a pack instead of a model: every derived matrix is written to
+     * this writer as soon as it is made and then freed, so the load holds
+     * one matrix at a time; the model that results has the vectors but no
+     * matrices (build_only) and can only be freed.  NULL: a normal load. */
+    struct spine_pack_writer *pack_out;
+    engine_progress_fn progress;  /* with pack_out: after each matrix; may be NULL */
+    void *progress_ctx;
 } engine_model_options;
 
 void engine_model_options_default(engine_model_options *o);
 
-/* A spine matrix [rows, cols]: int8 with per-row scales, or f32 (exactly
- * one of q8.q / f32.w is non-NULL).  Views into the model's buffers. */
+/* A spine matrix [rows, cols]: int8 with per-row scales, int4 in groups
+ * of 32, or f32 (exactly one of q8.q / q4.packed / f32.w is non-NULL).
+ * Views into the model's buffers or a pack. */
 typedef struct engine_mat {
     size_t rows, cols;
     kernels_q8  q8;
+    kernels_q4  q4;
     kernels_f32 f32;
 } engine_mat;
+
+/* Its format. */
+k3_fmt engine_mat_fmt(const engine_mat *m);
 
 /* Rows [r0, r0+n) of m, as a matrix of its own. */
 engine_mat engine_mat_rows(const engine_mat *m, size_t r0, size_t n);
@@ -191,6 +216,7 @@ typedef struct engine_model {
     engine_mat lm_head;           /* [V, D] */
     engine_layer_w *layers;       /* [n_layers] */
     uint64_t spine_bytes;         /* bytes of derived weights held in RAM */
+    int build_only;               /* bound with pack_out: no matrices (free it) */
     struct engine_model_priv *priv;
 } engine_model;
 
@@ -238,52 +264,84 @@ size_t engine_model_spine_mats(const engine_model *m, const engine_spine_mat **o
 /* Embedding row of `token` as f32 into out[D].  token < V (unchecked). */
 void engine_model_embed(const engine_model *m, int32_t token, float *out);
 
-/* y [n][rows] = m · x [n][cols], on the model's spine numerics: int8
- * matrices quantize x per 32 into act (room for n·cols), f32 ones use it
- * as is.  0 or a negative code. */
+/* y [n][rows] = m · x [n][cols], on the model's spine numerics: int8 and
+ * int4 matrices quantize x per 32 into act (room for n·cols), f32 ones use
+ * it as is.  0 or a negative code. */
 int engine_mat_mul(kernels_pool *pool, const engine_mat *m, const float *x, size_t n,
                    float *y, kernels_act *act, shoal_err *err);
 
 /* ---- 3. the spine pack ----------------------------------------------------
  *
- * the int8 spine serialized: every matrix the engine derives
- * from the BF16 spine at load (int8 + per-row scales, or f32 for the gate
- * paths and narrow matrices), in load order, so a later load maps it
- * instead of fetching and quantizing (docs/engine.md, "Cached int8 spine").
+ * the derived spine serialized: every matrix the engine derives from the
+ * BF16 spine in an int8 or int4 mode (each in its format, common/k3_sizes.h),
+ * in load order, so a later load reads it instead of fetching and
+ * quantizing (docs/engine.md, "Cached spine").
  *
- * Owns: writing a bound model's derived matrices to a descriptor, and
- * parsing a pack strictly — it crosses a process boundary (it comes back
- * from shoald's cache), so every offset and size is checked against the
- * pack's length at open, and every matrix against what the model's config
- * expects when the model takes it (spine_pack_next).  Does not own where
- * the bytes live (the caller maps them and keeps them mapped) nor the
- * vectors, norms and the embedding (those stay their own objects).
+ * Owns: the pack's layout, laid out from the config alone before anything
+ * is quantized (so a load can write each matrix into the pack as it makes
+ * it, holding one at a time), writing it to a descriptor with its
+ * XXH3-128, and parsing a pack strictly — it crosses a process boundary
+ * (it comes back from shoald's cache), so every offset and size is checked
+ * against the pack's length at open, and every matrix against what the
+ * model's config expects when the model takes it (spine_pack_next).  Does
+ * not own where the bytes live (the caller reads or maps them and keeps
+ * them while the model lives) nor the vectors, norms and the embedding
+ * (those stay their own objects).
  *
- * Threads: a pack is used by one thread (the model load).
+ * Threads: a pack or a writer is used by one thread (the model load).
  */
 
-#define SPINE_PACK_FORMAT  1     /* the layout below */
-#define SPINE_PACK_QUANT   1     /* kernels_q8_quantize_* numerics it was made with */
-/* The derived-object name in shoald: format and quantizer versions are in
- * it, so a change of either is another object. */
-#define SPINE_PACK_NAME    "spine-int8-p1-q1"
+#define SPINE_PACK_FORMAT  2     /* the layout below (2: int4 entries, the mode in the header) */
+/* The quantizers it was made with: 2 = kernels_q8_quantize_* (one scale
+ * per row) and kernels_q4_quantize_* (groups of 32, BF16 scales). */
+#define SPINE_PACK_QUANT   2
 #define SPINE_PACK_ALIGN   64
 #define SPINE_PACK_HEADER  64
 
-typedef struct spine_pack spine_pack;
+/* The derived-object name in shoald for a spine mode (int8 or int4):
+ * "spine-int8-p2-q2", "spine-int4-g32-p2-q2" — the mode, group size, pack
+ * format and quantizer versions are in it, so a change of any is another
+ * object.  NULL for the f32 mode (never packed). */
+const char *spine_pack_name(engine_spine mode);
 
-/* Write m's derived matrices (m bound with the int8 spine, not from a pack)
- * as a pack to fd from its current position, for the config whose bytes
- * are config[0..config_len).  *len_out: bytes written; xxh128_out: their
- * XXH3-128, canonical (big-endian).  0 or a negative code. */
+typedef struct spine_pack spine_pack;
+typedef struct spine_pack_writer spine_pack_writer;
+
+/* Lay out the pack of `mode` (int8 or int4) for config `c`, whose bytes
+ * are config[0..config_len); nothing is written yet.  0 or a negative
+ * code. */
+int spine_pack_writer_new(const k3_config *c, engine_spine mode, const uint8_t *config,
+                          size_t config_len, spine_pack_writer **out, shoal_err *err);
+/* The pack's length (known from the layout). */
+uint64_t spine_pack_writer_length(const spine_pack_writer *w);
+/* Write the header and table to fd at offset 0; the matrices follow at
+ * their offsets (positional writes: fd's own offset is not used). */
+int spine_pack_writer_begin(spine_pack_writer *w, int fd, shoal_err *err);
+/* Bytes of matrices written so far. */
+uint64_t spine_pack_writer_done(const spine_pack_writer *w);
+/* Write the next matrix: it must be the layout's next (name, shape and
+ * format), else SHOAL_EFORMAT naming both. */
+int spine_pack_writer_put(spine_pack_writer *w, const char *name, const engine_mat *m,
+                          shoal_err *err);
+/* After the last matrix: the tail's padding, and the pack's XXH3-128
+ * (canonical, big-endian) over every byte.  SHOAL_EINVAL if matrices are
+ * missing. */
+int spine_pack_writer_finish(spine_pack_writer *w, uint8_t xxh128_out[16], shoal_err *err);
+void spine_pack_writer_free(spine_pack_writer *w);
+
+/* Write a bound model's derived matrices (m bound in an int8 or int4 mode,
+ * not from a pack) as a pack to fd, for the config whose bytes are
+ * config[0..config_len).  *len_out: bytes written; xxh128_out: their
+ * XXH3-128.  0 or a negative code. */
 int spine_pack_write(const engine_model *m, const uint8_t *config, size_t config_len, int fd,
                      uint64_t *len_out, uint8_t xxh128_out[16], shoal_err *err);
 
-/* Parse the pack data[0..len) (borrowed: keep it mapped while the pack and
- * any model bound from it live) made for config[0..config_len).
- * SHOAL_EFORMAT naming what is wrong; SHOAL_EUNSUPPORTED for another format
- * or quantizer version; SHOAL_ECORRUPT when the table's hash fails. */
-int spine_pack_open(const uint8_t *data, uint64_t len, const uint8_t *config,
+/* Parse the pack data[0..len) (borrowed: keep it while the pack and any
+ * model bound from it live) of spine mode `mode`, made for
+ * config[0..config_len).  SHOAL_EFORMAT naming what is wrong;
+ * SHOAL_EUNSUPPORTED for another format or quantizer version;
+ * SHOAL_ECORRUPT when the table's hash fails. */
+int spine_pack_open(const uint8_t *data, uint64_t len, engine_spine mode, const uint8_t *config,
                     size_t config_len, spine_pack **out, shoal_err *err);
 void spine_pack_free(spine_pack *p);
 
@@ -291,9 +349,9 @@ size_t spine_pack_count(const spine_pack *p);
 /* Is `name` the source tensor of some matrix in the pack? */
 int spine_pack_covers(const spine_pack *p, const char *name);
 
-/* The model's next matrix: it must be `name`, [rows, cols], f32 or int8 as
- * asked, else SHOAL_EFORMAT naming the difference.  out views the pack. */
-int spine_pack_next(spine_pack *p, const char *name, size_t rows, size_t cols, int f32,
+/* The model's next matrix: it must be `name`, [rows, cols], in format fmt,
+ * else SHOAL_EFORMAT naming the difference.  out views the pack. */
+int spine_pack_next(spine_pack *p, const char *name, size_t rows, size_t cols, k3_fmt fmt,
                     engine_mat *out, shoal_err *err);
 /* Matrices not taken yet (0 after a complete load). */
 size_t spine_pack_remaining(const spine_pack *p);
@@ -365,6 +423,7 @@ typedef struct expert_source_stats {
     uint64_t read_bytes;                 /* read for demand and guesses */
     uint64_t read_guess_bytes;           /* ... of them read as a guess */
     uint64_t read_busy_ns;               /* time at least one read was running */
+    uint64_t pool_peak, pool_max;        /* expert buffers held outside the RAM tier: most, bound */
 } expert_source_stats;
 
 typedef struct expert_source expert_source;
@@ -448,6 +507,10 @@ typedef struct engine_session_options {
      * without sending them; 2 does neither. */
     int no_prefetch;
     double prefetch_cutoff;     /* recall below which a layer stops; 0: 0.5 */
+    /* Most positions the session holds (the memory plan's context): the
+     * MLA cache never grows past it and a run past it is SHOAL_ERANGE.
+     * 0: max_position_embeddings. */
+    int64_t max_positions;
 } engine_session_options;
 
 /* One MoE layer's predictors: how many of the experts it used had been
@@ -483,7 +546,8 @@ void engine_session_free(engine_session *s);
 
 /* Run tokens[0..n) at positions pos..pos+n-1, in chunks of at most
  * opt.chunk, and write the logits of the last one to logits[V] (NULL: skip
- * the head).  Every id is checked first: one outside [0, V) is refused with
+ * the head).  Every id is checked first: one outside [0, V), or positions
+ * past the session's context (opt.max_positions), are refused with
  * SHOAL_ERANGE and nothing runs.  On another failure the session is left in
  * an undefined state: free it. */
 int engine_session_run(engine_session *s, const int32_t *tokens, size_t n, float *logits,

@@ -64,11 +64,19 @@ void engine_model_options_default(engine_model_options *o)
                                  .l2 = ENGINE_L2_FLA, .mla_eps = 1e-6, .pool = NULL };
 }
 
+k3_fmt engine_mat_fmt(const engine_mat *m)
+{
+    return m->q8.q ? K3_FMT_INT8 : m->q4.packed ? K3_FMT_INT4 : K3_FMT_F32;
+}
+
 engine_mat engine_mat_rows(const engine_mat *m, size_t r0, size_t n)
 {
     engine_mat v = { .rows = n, .cols = m->cols };
     if (m->q8.q) {
         v.q8 = (kernels_q8){ m->q8.q + r0 * m->cols, m->q8.scale + r0, n, m->cols };
+    } else if (m->q4.packed) {
+        v.q4 = (kernels_q4){ m->q4.packed + r0 * (m->cols / 2),
+                             m->q4.scale + r0 * (m->cols / KERNELS_Q4_GROUP) * 2, n, m->cols };
     } else {
         v.f32 = (kernels_f32){ m->f32.w + r0 * m->cols, n, m->cols };
     }
@@ -79,11 +87,12 @@ int engine_mat_mul(kernels_pool *pool, const engine_mat *m, const float *x, size
                    float *y, kernels_act *act, shoal_err *err)
 {
     int rc;
-    if (!m->q8.q)
+    if (!m->q8.q && !m->q4.packed)
         return kernels_f32_mul(pool, &m->f32, x, n, y, err);
     rc = kernels_act_quantize(act, x, m->cols, n, err);
     if (rc == 0)
-        rc = kernels_q8_mul(pool, &m->q8, act, y, err);
+        rc = m->q8.q ? kernels_q8_mul(pool, &m->q8, act, y, err)
+                     : kernels_q4_mul(pool, &m->q4, act, y, err);
     return rc;
 }
 
@@ -348,7 +357,8 @@ typedef struct quant_job {
     size_t rows, cols;
     int8_t *q;
     float *scale;
-    float *f32;      /* f32 output instead of q/scale */
+    uint8_t *q4, *q4s; /* int4 output instead: packed and BF16 scales */
+    float *f32;        /* f32 output instead of q/scale */
     int rc;
 } quant_job;
 
@@ -363,7 +373,12 @@ static void quant_run(void *ctx, int tid, int nthreads)
     if (r0 >= r1)
         return;
     const uint8_t *src = j->src + r0 * j->cols * esz;
-    if (j->f32) {
+    if (j->q4) {
+        uint8_t *pk = j->q4 + r0 * (j->cols / 2);
+        uint8_t *sc = j->q4s + r0 * (j->cols / KERNELS_Q4_GROUP) * 2;
+        rc = j->bf16 ? kernels_q4_quantize_bf16(src, r1 - r0, j->cols, pk, sc, NULL)
+                     : kernels_q4_quantize_f32((const float *)src, r1 - r0, j->cols, pk, sc, NULL);
+    } else if (j->f32) {
         if (j->bf16)
             kernels_bf16_to_f32(src, j->f32 + r0 * j->cols, (r1 - r0) * j->cols);
         else
@@ -409,44 +424,85 @@ size_t engine_model_spine_mats(const engine_model *m, const engine_spine_mat **o
     return m->priv->n_mats;
 }
 
-/* The next matrix from the pack instead of deriving it: the same choice of
- * f32 or int8 as mat_from, dimensions from the config. */
-static int mat_from_pack(engine_model *m, const char *name, size_t rows, size_t cols, int f32,
-                         engine_mat *out, shoal_err *err)
+/* The next matrix from the pack instead of deriving it: the format the
+ * mode gives a matrix of this part and width. */
+static int mat_from_pack(engine_model *m, const char *name, size_t rows, size_t cols,
+                         k3_part part, engine_mat *out, shoal_err *err)
 {
-    int rc = spine_pack_next(m->opt.pack, name, rows, cols, f32 || cols % 32, out, err);
+    k3_fmt fmt = k3_spine_fmt((k3_spine_mode)m->opt.spine, part, cols);
+    int rc = spine_pack_next(m->opt.pack, name, rows, cols, fmt, out, err);
     return rc ? rc : mat_record(m, name, out, err);
 }
 
-/* Convert `rows` rows of `cols` BF16/F32 values at src into a matrix:
- * int8 + scales unless f32 (or the spine is f32). */
+/* Buffers for a derived matrix of format fmt: the model's own, or (when
+ * building a pack) one temporary block freed after the write. */
+static int mat_bufs(engine_model *m, k3_fmt fmt, quant_job *j, engine_mat *out, void **tmp,
+                    shoal_err *err)
+{
+    size_t rows = j->rows, cols = j->cols;
+    size_t wb = fmt == K3_FMT_F32 ? rows * cols * 4 : fmt == K3_FMT_INT8 ? rows * cols
+                : kernels_q4_packed_bytes(rows, cols);
+    size_t sb = fmt == K3_FMT_F32 ? 0 : fmt == K3_FMT_INT8 ? rows * 4
+                : kernels_q4_scale_bytes(rows, cols);
+    uint8_t *w, *sc = NULL;
+
+    *tmp = NULL;
+    if (m->opt.pack_out) {
+        /* the scales after the weights, at a multiple of 4 bytes */
+        if (!(*tmp = malloc((wb + 3) / 4 * 4 + sb + 1)))
+            return shoal_err_set(err, SHOAL_ENOMEM, "out of memory for %zu bytes", wb + sb);
+        w = *tmp;
+        sc = w + (wb + 3) / 4 * 4;
+    } else if (!(w = model_alloc(m, wb, err)) || (sb && !(sc = model_alloc(m, sb, err)))) {
+        return SHOAL_ENOMEM;
+    }
+    if (fmt == K3_FMT_F32) {
+        j->f32 = (float *)w;
+        out->f32 = (kernels_f32){ j->f32, rows, cols };
+    } else if (fmt == K3_FMT_INT8) {
+        j->q = (int8_t *)w;
+        j->scale = (float *)sc;
+        out->q8 = (kernels_q8){ j->q, j->scale, rows, cols };
+    } else {
+        j->q4 = w;
+        j->q4s = sc;
+        out->q4 = (kernels_q4){ j->q4, j->q4s, rows, cols };
+    }
+    return 0;
+}
+
+/* Convert `rows` rows of `cols` BF16/F32 values at src into a matrix of
+ * the format the spine mode gives `part` (common/k3_sizes.h); when
+ * building a pack, write it there and keep nothing. */
 static int mat_from(engine_model *m, const char *what, const uint8_t *src, int bf16,
-                    size_t rows, size_t cols, int f32, engine_mat *out, shoal_err *err)
+                    size_t rows, size_t cols, k3_part part, engine_mat *out, shoal_err *err)
 {
     quant_job j = { .src = src, .bf16 = bf16, .rows = rows, .cols = cols };
+    k3_fmt fmt = k3_spine_fmt((k3_spine_mode)m->opt.spine, part, cols);
+    void *tmp = NULL;
+    int rc;
 
     *out = (engine_mat){ .rows = rows, .cols = cols };
-    /* the int8 kernels work in blocks of 32 columns; a narrower matrix (tiny
-     * models' per-head W_UKᵀ, 16 columns) stays f32 */
-    if (f32 || m->opt.spine == ENGINE_SPINE_F32 || cols % 32) {
-        if (!(j.f32 = model_alloc(m, rows * cols * sizeof(float), err)))
-            return SHOAL_ENOMEM;
-        out->f32 = (kernels_f32){ j.f32, rows, cols };
-    } else {
-        j.q = model_alloc(m, rows * cols, err);
-        j.scale = j.q ? model_alloc(m, rows * sizeof(float), err) : NULL;
-        if (!j.scale)
-            return SHOAL_ENOMEM;
-        out->q8 = (kernels_q8){ j.q, j.scale, rows, cols };
-    }
+    if ((rc = mat_bufs(m, fmt, &j, out, &tmp, err)) != 0)
+        return rc;
     kernels_pool_run(m->opt.pool, quant_run, &j);
-    if (j.rc != 0)
+    if (j.rc != 0) {
+        free(tmp);
         return shoal_err_set(err, j.rc, "tensor %s: cannot quantize (non-finite weight?)", what);
-    return mat_record(m, what, out, err);
+    }
+    if (!m->opt.pack_out)
+        return mat_record(m, what, out, err);
+    rc = spine_pack_writer_put(m->opt.pack_out, what, out, err);
+    free(tmp);
+    *out = (engine_mat){ .rows = rows, .cols = cols };
+    if (rc == 0 && m->opt.progress)
+        m->opt.progress(m->opt.progress_ctx, "quantizing", spine_pack_writer_done(m->opt.pack_out),
+                        spine_pack_writer_length(m->opt.pack_out));
+    return rc;
 }
 
 /* A 2-D float weight [rows, cols] by name. */
-static int load_mat(engine_model *m, const char *name, size_t rows, size_t cols, int f32,
+static int load_mat(engine_model *m, const char *name, size_t rows, size_t cols, k3_part part,
                     engine_mat *out, shoal_err *err)
 {
     const st_tensor *t;
@@ -455,13 +511,13 @@ static int load_mat(engine_model *m, const char *name, size_t rows, size_t cols,
     int rc;
 
     if (m->opt.pack)
-        return mat_from_pack(m, name, rows, cols, f32, out, err);
+        return mat_from_pack(m, name, rows, cols, part, out, err);
     rc = tensor_find(m, name, &t, &d, err);
     if (rc == 0)
         rc = tensor_check(t, ST_BF16, ST_F32, 2, dims, err);
     if (rc != 0)
         return rc;
-    return mat_from(m, t->name, d, t->dtype == ST_BF16, rows, cols, f32, out, err);
+    return mat_from(m, name, d, t->dtype == ST_BF16, rows, cols, part, out, err);
 }
 
 /* ---- per-layer tensors (k3.md §2) ------------------------------------------ */
@@ -493,14 +549,15 @@ static int kda_load(engine_model *m, const char *pre, engine_kda_w *w, shoal_err
 
     for (int i = 0; i < 3; i++) {
         engine_mat *dst = i == 0 ? &w->q : i == 1 ? &w->k : &w->v;
-        if ((rc = load_mat(m, NM(nm, "%s%s_proj.weight", pre, qkv[i]), p, d, 0, dst, err)))
+        if ((rc = load_mat(m, NM(nm, "%s%s_proj.weight", pre, qkv[i]), p, d, K3_PART_KDA_PROJ,
+                           dst, err)))
             return rc;
     }
-    if ((rc = load_mat(m, NM(nm, "%sg_proj.weight", pre), p, d, 0, &w->g, err)) ||
-        (rc = load_mat(m, NM(nm, "%so_proj.weight", pre), d, p, 0, &w->o, err)) ||
-        (rc = load_mat(m, NM(nm, "%sf_a_proj.weight", pre), dk, d, 1, &w->fa, err)) ||
-        (rc = load_mat(m, NM(nm, "%sf_b_proj.weight", pre), p, dk, 1, &w->fb, err)) ||
-        (rc = load_mat(m, NM(nm, "%sb_proj.weight", pre), hk, d, 1, &w->b, err)) ||
+    if ((rc = load_mat(m, NM(nm, "%sg_proj.weight", pre), p, d, K3_PART_KDA_PROJ, &w->g, err)) ||
+        (rc = load_mat(m, NM(nm, "%so_proj.weight", pre), d, p, K3_PART_KDA_PROJ, &w->o, err)) ||
+        (rc = load_mat(m, NM(nm, "%sf_a_proj.weight", pre), dk, d, K3_PART_KDA_GATE, &w->fa, err)) ||
+        (rc = load_mat(m, NM(nm, "%sf_b_proj.weight", pre), p, dk, K3_PART_KDA_GATE, &w->fb, err)) ||
+        (rc = load_mat(m, NM(nm, "%sb_proj.weight", pre), hk, d, K3_PART_KDA_GATE, &w->b, err)) ||
         (rc = load_vec(m, NM(nm, "%sdt_bias", pre), p, (float **)&w->dt_bias, err)) ||
         (rc = load_vec(m, NM(nm, "%so_norm.weight", pre), dk, (float **)&w->o_norm, err)))
         return rc;
@@ -558,9 +615,9 @@ static int kvb_load(engine_model *m, const char *pre, engine_mla_w *w, shoal_err
 
     if (m->opt.pack) {
         NM(nm, "%skv_b_proj.weight", pre);
-        if ((rc = mat_from_pack(m, nm, h * kl, nope, 0, &w->ukt, err)) != 0)
+        if ((rc = mat_from_pack(m, nm, h * kl, nope, K3_PART_MLA, &w->ukt, err)) != 0)
             return rc;
-        return mat_from_pack(m, nm, h * vd, kl, 0, &w->uv, err);
+        return mat_from_pack(m, nm, h * vd, kl, K3_PART_MLA, &w->uv, err);
     }
     if ((rc = tensor_find(m, NM(nm, "%skv_b_proj.weight", pre), &t, &data, err)) ||
         (rc = tensor_check(t, ST_BF16, ST_F32, 2, dims, err)))
@@ -583,9 +640,9 @@ static int kvb_load(engine_model *m, const char *pre, engine_mla_w *w, shoal_err
                 ukt[(hh * kl + l) * nope + n] = blk[n * kl + l];
         memcpy(uv + hh * vd * kl, blk + nope * kl, vd * kl * sizeof *uv);
     }
-    rc = mat_from(m, t->name, (const uint8_t *)ukt, 0, h * kl, nope, 0, &w->ukt, err);
+    rc = mat_from(m, nm, (const uint8_t *)ukt, 0, h * kl, nope, K3_PART_MLA, &w->ukt, err);
     if (rc == 0)
-        rc = mat_from(m, t->name, (const uint8_t *)uv, 0, h * vd, kl, 0, &w->uv, err);
+        rc = mat_from(m, nm, (const uint8_t *)uv, 0, h * vd, kl, K3_PART_MLA, &w->uv, err);
 done:
     free(all);
     free(ukt);
@@ -602,29 +659,29 @@ static int mla_load(engine_model *m, const char *pre, engine_mla_w *w, shoal_err
     char nm[NAME_MAX_LEN];
     int rc;
 
-    if ((rc = load_mat(m, NM(nm, "%sq_a_proj.weight", pre), ql, d, 0, &w->q_a, err)) ||
+    if ((rc = load_mat(m, NM(nm, "%sq_a_proj.weight", pre), ql, d, K3_PART_MLA, &w->q_a, err)) ||
         (rc = load_vec(m, NM(nm, "%sq_a_layernorm.weight", pre), ql, (float **)&w->q_a_norm, err)) ||
-        (rc = load_mat(m, NM(nm, "%sq_b_proj.weight", pre), h * qk, ql, 0, &w->q_b, err)) ||
+        (rc = load_mat(m, NM(nm, "%sq_b_proj.weight", pre), h * qk, ql, K3_PART_MLA, &w->q_b, err)) ||
         (rc = load_mat(m, NM(nm, "%skv_a_proj_with_mqa.weight", pre), kl + (size_t)c->qk_rope_dim,
-                       d, 0, &w->kv_a, err)) ||
+                       d, K3_PART_MLA, &w->kv_a, err)) ||
         (rc = load_vec(m, NM(nm, "%skv_a_layernorm.weight", pre), kl, (float **)&w->kv_a_norm, err)) ||
         (rc = kvb_load(m, pre, w, err)) ||
-        (rc = load_mat(m, NM(nm, "%sg_proj.weight", pre), h * vd, d, 0, &w->g, err)) ||
-        (rc = load_mat(m, NM(nm, "%so_proj.weight", pre), d, h * vd, 0, &w->o, err)))
+        (rc = load_mat(m, NM(nm, "%sg_proj.weight", pre), h * vd, d, K3_PART_MLA, &w->g, err)) ||
+        (rc = load_mat(m, NM(nm, "%so_proj.weight", pre), d, h * vd, K3_PART_MLA, &w->o, err)))
         return rc;
     return 0;
 }
 
-static int mlp_load(engine_model *m, const char *pre, size_t inter, engine_mlp_w *w,
-                    shoal_err *err)
+static int mlp_load(engine_model *m, const char *pre, size_t inter, k3_part part,
+                    engine_mlp_w *w, shoal_err *err)
 {
     size_t d = (size_t)m->cfg.hidden;
     char nm[NAME_MAX_LEN];
     int rc;
 
-    if ((rc = load_mat(m, NM(nm, "%sgate_proj.weight", pre), inter, d, 0, &w->gate, err)) ||
-        (rc = load_mat(m, NM(nm, "%sup_proj.weight", pre), inter, d, 0, &w->up, err)) ||
-        (rc = load_mat(m, NM(nm, "%sdown_proj.weight", pre), d, inter, 0, &w->down, err)))
+    if ((rc = load_mat(m, NM(nm, "%sgate_proj.weight", pre), inter, d, part, &w->gate, err)) ||
+        (rc = load_mat(m, NM(nm, "%sup_proj.weight", pre), inter, d, part, &w->up, err)) ||
+        (rc = load_mat(m, NM(nm, "%sdown_proj.weight", pre), d, inter, part, &w->down, err)))
         return rc;
     return 0;
 }
@@ -674,12 +731,14 @@ static int moe_load(engine_model *m, int layer, const char *pre, engine_moe_w *w
     char nm[NAME_MAX_LEN], sp[NAME_MAX_LEN];
     int rc;
 
-    if ((rc = load_mat(m, NM(nm, "%sgate.weight", pre), ne, d, 1, &w->gate, err)) ||
+    if ((rc = load_mat(m, NM(nm, "%sgate.weight", pre), ne, d, K3_PART_ROUTER, &w->gate, err)) ||
         (rc = load_vec(m, NM(nm, "%sgate.e_score_correction_bias", pre), ne, (float **)&w->bias, err)) ||
-        (rc = load_mat(m, NM(nm, "%srouted_expert_down_proj.weight", pre), lat, d, 0, &w->down, err)) ||
-        (rc = load_mat(m, NM(nm, "%srouted_expert_up_proj.weight", pre), d, lat, 0, &w->up, err)) ||
+        (rc = load_mat(m, NM(nm, "%srouted_expert_down_proj.weight", pre), lat, d, K3_PART_LATENT,
+                       &w->down, err)) ||
+        (rc = load_mat(m, NM(nm, "%srouted_expert_up_proj.weight", pre), d, lat, K3_PART_LATENT,
+                       &w->up, err)) ||
         (rc = load_vec(m, NM(nm, "%srouted_expert_norm.weight", pre), lat, (float **)&w->norm, err)) ||
-        (rc = mlp_load(m, NM(sp, "%sshared_experts.", pre), shared, &w->shared, err)))
+        (rc = mlp_load(m, NM(sp, "%sshared_experts.", pre), shared, K3_PART_SHARED, &w->shared, err)))
         return rc;
     w->span = model_alloc(m, ne * sizeof *w->span, err);
     if (!w->span)
@@ -716,7 +775,8 @@ static int layer_load(engine_model *m, int i, shoal_err *err)
         return rc;
     if (w->info.moe)
         return moe_load(m, i, NM(a, "%sblock_sparse_moe.", pre), &w->moe, err);
-    return mlp_load(m, NM(a, "%smlp.", pre), (size_t)m->cfg.intermediate, &w->dense, err);
+    return mlp_load(m, NM(a, "%smlp.", pre), (size_t)m->cfg.intermediate, K3_PART_DENSE,
+                    &w->dense, err);
 }
 
 /* ---- open / free ---------------------------------------------------------- */
@@ -740,7 +800,7 @@ static int globals_load(engine_model *m, shoal_err *err)
         return rc;
     if ((rc = load_vec(m, "model.norm.weight", d, (float **)&m->final_norm, err)) != 0)
         return rc;
-    return load_mat(m, "lm_head.weight", v, d, 0, &m->lm_head, err);
+    return load_mat(m, "lm_head.weight", v, d, K3_PART_HEAD, &m->lm_head, err);
 }
 
 /* An empty model carrying the options; NULL when out of memory. */
@@ -763,10 +823,13 @@ static int model_bind(engine_model *m, const char *label, shoal_err *err)
 {
     int rc;
 
-    if (m->opt.pack && m->opt.spine != ENGINE_SPINE_INT8)
-        return shoal_err_set(err, SHOAL_EINVAL, "a spine pack holds the int8 spine only");
+    if ((m->opt.pack || m->opt.pack_out) && m->opt.spine == ENGINE_SPINE_F32)
+        return shoal_err_set(err, SHOAL_EINVAL, "a spine pack holds an int8 or int4 spine only");
+    if (m->opt.pack && m->opt.pack_out)
+        return shoal_err_set(err, SHOAL_EINVAL, "a model is bound from a pack or builds one");
     if (m->opt.pack)
         spine_pack_rewind(m->opt.pack);
+    m->build_only = m->opt.pack_out != NULL;
     m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
     if (!m->layers)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
@@ -778,9 +841,9 @@ static int model_bind(engine_model *m, const char *label, shoal_err *err)
         rc = shoal_err_set(err, SHOAL_EFORMAT, "spine pack: %zu matrices more than the model "
                            "has", spine_pack_remaining(m->opt.pack));
     if (rc == 0)
-        LOG_INFO("model", "%s: %" PRId64 " layers, spine %s, %.1f MiB derived", label,
-                 m->cfg.n_layers, m->opt.spine == ENGINE_SPINE_F32 ? "f32"
-                                  : m->opt.pack ? "int8 (mapped pack)" : "int8",
+        LOG_INFO("model", "%s: %" PRId64 " layers, spine %s%s, %.1f MiB derived", label,
+                 m->cfg.n_layers, k3_spine_mode_name((k3_spine_mode)m->opt.spine),
+                 m->opt.pack ? " (from the pack)" : m->opt.pack_out ? " (pack built)" : "",
                  (double)m->spine_bytes / 1048576.0);
     return rc;
 }

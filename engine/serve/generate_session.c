@@ -68,7 +68,7 @@ int gen_backend_session_new(const engine_model *m, const engine_session_options 
     sess_backend *b;
 
     memset(out, 0, sizeof *out);
-    if (m->cfg.vocab <= 0 || m->cfg.max_positions <= 1)
+    if (m->cfg.vocab <= 0 || m->cfg.max_positions <= 1 || opt->max_positions == 1)
         return shoal_err_set(err, SHOAL_EINVAL, "generate: the model has no vocabulary or context");
     if (!(b = calloc(1, sizeof *b)))
         return shoal_err_set(err, SHOAL_ENOMEM, "generate: out of memory");
@@ -77,7 +77,9 @@ int gen_backend_session_new(const engine_model *m, const engine_session_options 
     out->ops = &SESSION_OPS;
     out->impl = b;
     out->n_vocab = (uint32_t)m->cfg.vocab;
-    out->n_ctx = (size_t)m->cfg.max_positions;
+    /* the memory plan's context when it caps the model's */
+    out->n_ctx = (size_t)(opt->max_positions > 0 && opt->max_positions < m->cfg.max_positions
+                              ? opt->max_positions : m->cfg.max_positions);
     return 0;
 }
 
@@ -119,39 +121,33 @@ static int remote_tokenizer(gen_model *gm, shoal_err *err)
 
 int gen_model_open(const char *dir, const gen_model_options *o, gen_model *out, shoal_err *err)
 {
-    engine_model_options mo;
-    engine_session_options so;
+    engine_load_options lo;
     int rc;
 
     memset(out, 0, sizeof *out);
-    if (!(out->pool = kernels_pool_new(o->threads > 0 ? o->threads : 1))) {
-        rc = shoal_err_set(err, SHOAL_ENOMEM, "cannot start %d compute threads", o->threads);
-        goto fail;
+    if (o->load) {
+        lo = *o->load;
+    } else {
+        engine_load_options_default(&lo);
+        lo.plan.threads = o->threads > 0 ? o->threads : 1;
+        lo.plan.chunk = o->chunk ? o->chunk : 16;
+        lo.plan.spine = o->spine_f32 ? K3_SPINE_F32 : -1;
+        lo.home = o->home;
     }
-    engine_model_options_default(&mo);
-    mo.pool = out->pool;
-    if (o->spine_f32)
-        mo.spine = ENGINE_SPINE_F32;
-    if (engine_remote_is_spec(dir)) {
-        engine_remote_options ro = { .home = o->home };
-        if ((rc = engine_remote_open(dir, &ro, &mo, &out->remote, err)) != 0 ||
-            (rc = remote_tokenizer(out, err)) != 0)
-            goto fail;
-        out->model = engine_remote_model(out->remote);
-        out->src = engine_remote_source(out->remote);
-    } else if ((rc = engine_model_open(dir, &mo, &out->model, err)) != 0 ||
-               (rc = tokenizer_model_open(&out->tok, dir, err)) != 0) {
-        goto fail;
-    } else if (!(out->src = expert_source_local_new(out->model))) {
+    lo.plan.copies = 2;                    /* live and snapshot (Reuse above) */
+    if (!(out->load = calloc(1, sizeof *out->load))) {
         rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
         goto fail;
     }
-    memset(&so, 0, sizeof so);
-    so.experts = o->spine_f32 ? KERNELS_EXACT : KERNELS_FAST;
-    so.chunk = o->chunk ? o->chunk : 16;
-    so.pool = out->pool;
-    so.src = out->src;
-    if ((rc = gen_backend_session_new(out->model, &so, &out->backend, err)) != 0)
+    if ((rc = engine_load_open(dir, &lo, out->load, err)) != 0)
+        goto fail;
+    out->pool = out->load->pool;
+    out->model = out->load->model;
+    out->src = out->load->src;
+    out->remote = out->load->remote;
+    if ((rc = out->remote ? remote_tokenizer(out, err) : tokenizer_model_open(&out->tok, dir, err)))
+        goto fail;
+    if ((rc = gen_backend_session_new(out->model, &out->load->session, &out->backend, err)) != 0)
         goto fail;
     if ((rc = generator_new(&out->backend, &out->gen, err)) != 0)
         goto fail;
@@ -170,12 +166,7 @@ void gen_model_close(gen_model *gm)
     generator_free(gm->gen);
     gen_backend_session_free(&gm->backend);
     tokenizer_free(gm->tok);
-    if (gm->remote) {
-        engine_remote_free(gm->remote);     /* owns the model and the source */
-    } else {
-        expert_source_free(gm->src);
-        engine_model_free(gm->model);
-    }
-    kernels_pool_free(gm->pool);
+    engine_load_close(gm->load);            /* owns pool, model, source, remote */
+    free(gm->load);
     memset(gm, 0, sizeof *gm);
 }

@@ -190,11 +190,14 @@ int gen_backend_session_new(const struct engine_model *m, const struct engine_se
                             gen_backend *out, shoal_err *err);
 void gen_backend_session_free(gen_backend *b);
 
-/* Everything a generating command binds from a local model directory: the
- * model, a thread pool, the local expert source, the tokenizer, the
- * session backend and a generator.  For `serve` and `run --prompt`. */
+/* Everything a generating command binds: the model loaded under the
+ * memory plan (engine/source/source.h part 3: the pool, the model, the
+ * expert source), the tokenizer, the session backend and a generator.
+ * For `serve` and `run --prompt`. */
 struct kernels_pool;
 struct expert_source;
+struct engine_loaded;
+struct engine_load_options;
 typedef struct gen_model {
     struct engine_model *model;
     struct kernels_pool *pool;
@@ -203,7 +206,8 @@ typedef struct gen_model {
     gen_backend backend;
     generator *gen;
     uint32_t eos;              /* <|end_of_msg|>, else config eos_token_id */
-    struct engine_remote *remote;  /* an hf:// model through shoald; owns model and src */
+    struct engine_remote *remote;  /* an hf:// model through shoald */
+    struct engine_loaded *load;    /* owns pool, model, src and remote */
 } gen_model;
 
 typedef struct gen_model_options {
@@ -211,6 +215,9 @@ typedef struct gen_model_options {
     size_t chunk;              /* prefill chunk (session), >= 1 */
     int    spine_f32;          /* 1: f32 spine and exact experts */
     const char *home;          /* shoald's home for an hf:// model (engine/source/source.h) */
+    /* every load option (the plan's, shoald's, the forward pass's); when
+     * set, the four fields above are not used */
+    const struct engine_load_options *load;
 } gen_model_options;
 
 /* `dir` is a model directory, or hf://org/name[@rev] read through the

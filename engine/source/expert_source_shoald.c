@@ -24,11 +24,22 @@
  *     another at the disk's full rate (docs/performance.md "Parallel reads").
  *
  *     A guess the layer's real set does not name stops there: its parts
- *     not started yet are skipped (io_skip) and it is dropped at the trim,
- *     so a wrong guess costs at most the parts already being read, not a
- *     whole expert of disk time; a later demand resumes them.
+ *     not started yet are skipped (io_skip) and it is dropped at once if no
+ *     reader holds a part of it (else at the trim), so a wrong guess costs
+ *     at most the parts already being read, not a whole expert of disk
+ *     time; a later demand resumes them.
+ *   - the pool (engine/plan's PLAN_EXPERT_POOL buffers, what the memory
+ *     plan counts): the experts held outside the RAM tier — being read,
+ *     read but not delivered yet, guesses — plus the spare O_DIRECT
+ *     buffers are at most the pool.  A reader starts an expert's first
+ *     part only while the pool has room (guesses in at most half of it),
+ *     and a delivered expert the quota does not keep is let go right
+ *     after its callback, not at the end of the fetch: a prefill chunk's
+ *     union of experts (hundreds for K3) streams through the pool instead
+ *     of being held whole.
  *
- * Invariants of a slot's read (io mutex held to change or test them):
+ * Invariants of a slot's read (io mutex held to change or test them;
+ * 5 is about all slots):
  *   1. parts [0, io_next) were handed to readers, io_left of the io_parts
  *      are not done; ready = 1 exactly when io_left reached 0; the parts a
  *      reader holds are io_next + io_left - io_parts;
@@ -40,7 +51,11 @@
  *      out (all handed out, skipped, or unloaded) is dropped when reached;
  *   4. io_fd (EXPERT_PC_DIRECT) is open from arrival until the last part is
  *      done (or the slot is unloaded); the reader that finishes the last
- *      part closes it.
+ *      part closes it;
+ *   5. io.live counts the slots with io_live set (io.live_guess those with
+ *      io_guess too), and io.live + io.nspare <= PLAN_EXPERT_POOL, except
+ *      that a fresh demand start may wait for the fetch to free a spare
+ *      (pool_make_room).
  *
  * Owns: slots, mappings and buffers, open GETs.  Does not own the client
  * connection nor the model handle (both borrowed).
@@ -61,6 +76,7 @@
 
 #include "common/client.h"
 #include "common/log.h"
+#include "common/platform.h"
 #include "common/sys.h"
 
 typedef struct slot {
@@ -78,6 +94,7 @@ typedef struct slot {
     uint8_t prefetched;        /* came through a prefetch, not used yet */
     uint8_t kept;              /* survived a trim of its layer: the RAM tier holds it */
     uint8_t wanted;            /* scratch of shoald_request: in the layer's real set */
+    uint8_t pend;              /* the fetch running now has yet to deliver it */
     /* the read, in parts (invariants 1-4 above): data is set at arrival,
      * the bytes are there once ready; io_rc the first failed part's code.
      * Guarded by the source's io mutex. */
@@ -85,6 +102,8 @@ typedef struct slot {
     uint32_t io_parts, io_next, io_left;
     uint8_t io_queued;         /* bit r: in ring r */
     uint8_t io_skip;           /* a dropped guess: hand out no further part */
+    uint8_t io_live;           /* holds a pool buffer: started (or given a spare), not kept */
+    uint8_t io_guess;          /* ... and it was started as a guess */
     uint8_t io_direct;         /* io_fd is an O_DIRECT descriptor (else the tmpfs fallback) */
     int io_fd;                 /* EXPERT_PC_DIRECT: the descriptor the parts read */
     uint64_t io_off;           /* of the object in io_fd */
@@ -138,6 +157,10 @@ typedef struct io_pool {
     double rate;               /* bytes/ns of the demand reads, running mean */
     uint64_t busy_bytes;       /* read by demand in the current period */
     int64_t gbudget;           /* guess bytes left in this gap; < 0 unlimited */
+    /* the pool (invariant 5): slots holding a buffer outside the RAM
+     * tier, of them guesses, and the spare buffers */
+    int live, live_guess, nspare;
+    int peak;                  /* most of live + nspare seen (--stats) */
     /* for --stats: bytes read (and as guesses), time any read ran */
     int nactive;
     int64_t active_t0;
@@ -168,8 +191,7 @@ typedef struct shoald_src {
     long page;
     size_t part;               /* bytes per read part: a multiple of the page */
     size_t dbuf_len;           /* O_DIRECT: every buffer's size */
-    void *spare[DIRECT_SPARES];/* O_DIRECT buffers to reuse */
-    int nspare;
+    void *spare[DIRECT_SPARES];/* O_DIRECT buffers to reuse (count: io.nspare) */
     /* counters */
     uint64_t prefetch_sent, prefetch_used, prefetch_early;
     uint64_t ram_hits, ram_misses, ram_bytes_hit, res_count, res_bytes;
@@ -182,14 +204,34 @@ static slot *slot_at(shoald_src *s, int layer, int32_t e)
     return &s->slots[(size_t)layer * (size_t)s->o.experts_per_layer + (size_t)e];
 }
 
+/* A slot lets go of its pool buffer (kept by the tier, or unloaded).
+ * Mutex held. */
+static void slot_unlive(shoald_src *s, slot *sl)
+{
+    if (!sl->io_live)
+        return;
+    s->io.live--;
+    s->io.live_guess -= sl->io_guess;
+    sl->io_live = sl->io_guess = 0;
+}
+
 static void slot_unload(shoald_src *s, int layer, slot *sl)
 {
     if (!sl->data)
         return;
     if (s->o.page_cache == EXPERT_PC_DIRECT) {
-        if (s->nspare < DIRECT_SPARES)
-            s->spare[s->nspare++] = sl->base;
-        else
+        /* a pool buffer stays a spare; a tier buffer only where the pool
+         * has room for it (invariant 5) */
+        int keep;
+        pthread_mutex_lock(&s->io.mu);
+        keep = s->io.nspare < DIRECT_SPARES &&
+               (sl->io_live || s->io.live + s->io.nspare < PLAN_EXPERT_POOL);
+        slot_unlive(s, sl);
+        if (keep)
+            s->spare[s->io.nspare++] = sl->base;
+        pthread_cond_broadcast(&s->io.work);
+        pthread_mutex_unlock(&s->io.mu);
+        if (!keep)
             free(sl->base);
     } else {
         munmap(sl->base, sl->maplen);
@@ -206,6 +248,9 @@ static void slot_unload(shoald_src *s, int layer, slot *sl)
     sl->fd = sl->io_fd = -1;
     sl->data = NULL;
     pthread_mutex_lock(&s->io.mu);
+    slot_unlive(s, sl);
+    if (s->o.page_cache != EXPERT_PC_DIRECT)
+        pthread_cond_broadcast(&s->io.work);   /* room in the pool */
     sl->ready = 0;
     sl->io_next = sl->io_parts;                /* a ring entry left is inert (3.) */
     sl->io_left = 0;
@@ -325,20 +370,34 @@ static slot *io_take(io_pool *io, int *demand, uint32_t *part)
         io_ring *q = &io->ring[r];
         if (r == 1 && (io->dactive > 0 || io->gbudget == 0))
             return NULL;
+        /* entries with nothing left leave from the head */
         while (q->len > 0) {
             slot *sl = q->q[q->head];
-            int got = !sl->io_skip && sl->io_next < sl->io_parts;
-            if (got)
-                *part = sl->io_next++;
-            if (sl->io_skip || sl->io_next >= sl->io_parts) {   /* nothing left: out */
-                q->head = (q->head + 1) % q->cap;
-                q->len--;
-                sl->io_queued &= (uint8_t)~(1u << r);
+            if (!sl->io_skip && sl->io_next < sl->io_parts)
+                break;
+            q->head = (q->head + 1) % q->cap;
+            q->len--;
+            sl->io_queued &= (uint8_t)~(1u << r);
+        }
+        /* the first entry that may go: one holding a pool buffer already,
+         * or a new expert while the pool has room (guesses in half of it) */
+        int room = io->live + io->nspare < PLAN_EXPERT_POOL &&
+                   (r == 0 || io->live_guess < PLAN_EXPERT_POOL / 2);
+        for (size_t k = 0; k < q->len; k++) {
+            slot *sl = q->q[(q->head + k) % q->cap];
+            if (sl->io_skip || sl->io_next >= sl->io_parts || (!sl->io_live && !room))
+                continue;
+            if (!sl->io_live) {
+                sl->io_live = 1;
+                sl->io_guess = r == 1;
+                io->live++;
+                io->live_guess += r == 1;
+                if (io->live + io->nspare > io->peak)
+                    io->peak = io->live + io->nspare;
             }
-            if (got) {
-                *demand = r == 0;
-                return sl;
-            }
+            *part = sl->io_next++;
+            *demand = r == 0;
+            return sl;
         }
     }
     return NULL;
@@ -458,27 +517,36 @@ static int slot_dropped_idle(shoald_src *s, slot *sl)
 /* An aligned buffer for the item's object and the descriptor its parts
  * read with O_DIRECT: a fresh open file description (/proc/self/fd), so
  * the daemon's descriptor keeps its flags; opened once per slot. */
-static int slot_load_direct(shoald_src *s, slot *sl, shoal_item *it, shoal_err *err)
+static int slot_load_direct(shoald_src *s, slot *sl, shoal_item *it, int prefetch,
+                            shoal_err *err)
 {
     uint64_t start = it->offset / 4096 * 4096;
     size_t len = (size_t)((it->offset - start + it->length + 4095) / 4096 * 4096);
     void *buf = NULL;
-    char path[64];
 
     if (len > s->dbuf_len)     /* slot_load checked the length: cannot happen */
         return shoal_err_set(err, SHOAL_EPROTO, "an expert larger than its buffer");
-    if (s->nspare > 0)
-        buf = s->spare[--s->nspare];
+    pthread_mutex_lock(&s->io.mu);
+    /* a spare's pages are the pool's: the slot holds them now.  Only a
+     * demand's: guesses take the pool only as their reads start, within
+     * their half (io_take), or they could fill it ahead of the demand */
+    if (s->io.nspare > 0 && !prefetch) {
+        buf = s->spare[--s->io.nspare];
+        sl->io_live = 1;
+        s->io.live++;
+    }
+    pthread_mutex_unlock(&s->io.mu);
+    if (buf)
+        ;
     else if (posix_memalign(&buf, DIRECT_ALIGN, s->dbuf_len) != 0)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory for an expert");
     else
         (void)madvise(buf, s->dbuf_len, MADV_HUGEPAGE);   /* a hint: 4 KiB pages work too */
-    snprintf(path, sizeof path, "/proc/self/fd/%d", it->fd);
     sl->base = buf;
     sl->maplen = len;
     sl->data = (const uint8_t *)buf + (it->offset - start);
     sl->io_off = it->offset;
-    sl->io_fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    sl->io_fd = shoal_fd_reopen(it->fd, O_RDONLY | O_DIRECT);
     sl->io_direct = sl->io_fd >= 0;
     if (!sl->io_direct) {      /* a file system without O_DIRECT (tmpfs): plain reads */
         sl->io_fd = it->fd;
@@ -499,7 +567,7 @@ static int slot_load(shoald_src *s, int layer, slot *sl, shoal_item *it, int pre
                            layer, (unsigned long long)it->length,
                            (unsigned long long)s->o.expert_bytes);
     } else if (s->o.page_cache == EXPERT_PC_DIRECT) {
-        rc = slot_load_direct(s, sl, it, err);
+        rc = slot_load_direct(s, sl, it, prefetch, err);
     } else {
         shoal_view v;
         rc = shoal_item_map(it, 0, &v, err);
@@ -708,6 +776,12 @@ static int shoald_request(void *impl, int layer, const int32_t *ids, size_t n, i
         sl->wanted = 0;
     }
     pthread_mutex_unlock(&s->io.mu);
+    /* a dropped guess no reader holds a part of gives its buffer back now */
+    for (int e = 0; e < s->o.experts_per_layer; e++) {
+        slot *sl = slot_at(s, layer, e);
+        if (sl->data && sl->io_skip && slot_dropped_idle(s, sl))
+            slot_unload(s, layer, sl);
+    }
     return 0;
 }
 
@@ -741,7 +815,64 @@ static void layer_trim(shoald_src *s, int layer)
     for (int e = 0; e < E; e++) {
         slot *sl = slot_at(s, layer, e);
         sl->kept = sl->data != NULL && slot_ready(s, sl);
+        if (sl->kept && sl->io_live) {             /* the tier's now, not the pool's */
+            pthread_mutex_lock(&s->io.mu);
+            slot_unlive(s, sl);
+            pthread_cond_broadcast(&s->io.work);
+            pthread_mutex_unlock(&s->io.mu);
+        }
     }
+}
+
+/* After one expert of a fetch was delivered (sl): the layer keeps at most
+ * `quota` of its ready experts that the fetch has delivered or does not
+ * need (least recently used out first, so older ones before this
+ * fetch's), now rather than at the fetch's end, and what stays is the
+ * tier's, not the pool's: a prefill chunk's hundreds of experts stream
+ * through the pool instead of being held at once. */
+static void layer_trim_one(shoald_src *s, int layer, slot *just)
+{
+    int E = s->o.experts_per_layer;
+    while (s->resident[layer] > s->quota) {
+        slot *victim = NULL;
+        size_t held = 0;
+        pthread_mutex_lock(&s->io.mu);             /* once for the scan: ready is read */
+        for (int e = 0; e < E; e++) {
+            slot *sl = slot_at(s, layer, e);
+            if (!sl->data || sl->pend || !sl->ready)
+                continue;
+            held++;
+            if (!victim || sl->last_use < victim->last_use ||
+                (sl == just && sl->last_use == victim->last_use))
+                victim = sl;
+        }
+        pthread_mutex_unlock(&s->io.mu);
+        if (held <= s->quota || !victim)
+            break;
+        slot_unload(s, layer, victim);
+    }
+    if (just->data) {
+        just->kept = 1;
+        pthread_mutex_lock(&s->io.mu);
+        slot_unlive(s, just);
+        pthread_cond_broadcast(&s->io.work);
+        pthread_mutex_unlock(&s->io.mu);
+    }
+}
+
+/* A demand read waits for a pool buffer while spares fill the pool and no
+ * read runs (invariant 5): free spares until it can start.  Mutex held;
+ * the buffers are freed by the caller. */
+static int pool_make_room(shoald_src *s, void **freed)
+{
+    io_pool *io = &s->io;
+    int n = 0;
+    while (io->nactive == 0 && io->ring[0].len > 0 && io->nspare > 0 &&
+           io->live + io->nspare >= PLAN_EXPERT_POOL)
+        freed[n++] = s->spare[--io->nspare];
+    if (n)
+        pthread_cond_broadcast(&io->work);
+    return n;
 }
 
 static void report(shoald_src *s, int force)
@@ -776,6 +907,8 @@ static int shoald_fetch(void *impl, int layer, const int32_t *ids, size_t n,
     if (!done)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     rc = shoald_request(impl, layer, ids, n, 0, err);
+    for (size_t j = 0; rc == 0 && j < n; j++)
+        slot_at(s, layer, ids[j])->pend = 1;
     while (rc == 0 && left > 0) {
         size_t i = n;
         int read_rc = 0, read_done = 0;
@@ -797,6 +930,10 @@ static int shoald_fetch(void *impl, int layer, const int32_t *ids, size_t n,
             } else if (sj->data)
                 pending = 1;
         }
+        void *freed[DIRECT_SPARES];
+        int nfreed = 0;
+        if (i == n)
+            nfreed = pool_make_room(s, freed);
         if (i == n && pending) {       /* arrived, being read: wait for a read a moment */
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
@@ -808,6 +945,8 @@ static int shoald_fetch(void *impl, int layer, const int32_t *ids, size_t n,
             pthread_cond_timedwait(&s->io.done, &s->io.mu, &ts);
         }
         pthread_mutex_unlock(&s->io.mu);
+        while (nfreed > 0)
+            free(freed[--nfreed]);
         if (i == n) {
             if (!pending && (rc = pump(s, 1, err)) != 0)   /* wait for the next item */
                 rc = shoal_err_wrap(err, rc, "shoald: layer %d, %zu of %zu experts received",
@@ -816,6 +955,7 @@ static int shoald_fetch(void *impl, int layer, const int32_t *ids, size_t n,
         }
         slot *sl = slot_at(s, layer, ids[i]);
         done[i] = 1;
+        sl->pend = 0;
         left--;
         if (!sl->status && read_rc)
             sl->status = read_rc;
@@ -844,7 +984,10 @@ static int shoald_fetch(void *impl, int layer, const int32_t *ids, size_t n,
         }
         sl->last_use = clock;
         rc = fn(ctx, layer, ids[i], sl->data, (size_t)s->o.expert_bytes, tier, 0, NULL);
+        layer_trim_one(s, layer, sl);
     }
+    for (size_t j = 0; j < n; j++)
+        slot_at(s, layer, ids[j])->pend = 0;
     free(done);
     layer_trim(s, layer);
     if (rc == 0)
@@ -865,6 +1008,8 @@ static void shoald_stats(void *impl, expert_source_stats *out)
     out->read_bytes = s->io.read_bytes;
     out->read_guess_bytes = s->io.guess_bytes;
     out->read_busy_ns = s->io.busy_ns;
+    out->pool_peak = (uint64_t)s->io.peak;
+    out->pool_max = PLAN_EXPERT_POOL;
     pthread_mutex_unlock(&s->io.mu);
 }
 
@@ -888,8 +1033,8 @@ static void shoald_free(void *impl)
     for (size_t i = 0; i < s->n_reqs; i++)
         free(s->reqs[i].ids);
     free(s->reqs);
-    while (s->nspare > 0)
-        free(s->spare[--s->nspare]);
+    while (s->io.nspare > 0)
+        free(s->spare[--s->io.nspare]);
     free(s->slots);
     free(s->resident);
     free(s->io.ring[0].q);

@@ -1,25 +1,31 @@
 /* remote.c — bind a model through shoald (see source.h part 2).
  *
- * Load: HELLO, OPEN (the OPEN_OK descriptor is the manifest's encoding),
- * manifest_decode, then one batched GET per 1,024 spine tensors; each item
- * is mapped read-only and its descriptor closed at once (the mapping keeps
- * the blob's bytes alive even if shoald evicts it).  The views go to
- * engine_model_open_views, which quantizes the spine exactly as it does
- * from a directory, so both paths compute the same tokens.
+ * Connect: HELLO, OPEN (the OPEN_OK descriptor is the manifest's
+ * encoding), manifest_decode: the config is known and nothing is read.
  *
- * Cached int8 spine: before the tensors, GET the derived object
- * SPINE_PACK_NAME.  When it is there, checks out and fits the config, the
- * model takes its matrices from the mapped pack and only the tensors it
- * does not cover (vectors, norms, the embedding) are GET'd; nothing is
- * quantized.  Otherwise the load quantizes and then PUTs the pack (an unlinked file)
- * for the next load.  Any refusal is a warning and a fallback, never a
- * failed load.
+ * Bind, int8 / int4 spine with the cache on (docs/engine.md "Cached
+ * spine"):
+ *   1. GET the derived object spine_pack_name(mode).  When it is there it
+ *      is read into memory (spine_resident.c) and parsed strictly; it is
+ *      trusted by the cache's index entry (its XXH3-128 was checked when
+ *      stored, and `shoal verify` checks it), so the load does not hash
+ *      its 37-58 GB again.  The model takes every matrix from it and only
+ *      the tensors it does not cover (vectors, norms, the embedding) are
+ *      GET'd.  Nothing is quantized.
+ *   2. Not there: PUT_BEGIN hands out the object's own file; the engine
+ *      GETs the BF16 spine, quantizes tensor by tensor and writes each
+ *      matrix straight into that file (no temporary copy, one matrix in
+ *      memory at a time), commits with the hash, and reads the stored
+ *      pack into memory as a second run does.  A daemon without PUT_BEGIN,
+ *      or a budget too small, gets the pack through an unlinked temporary
+ *      file instead (PUT, or nothing stored), read back the same way.
+ * Any refusal is a warning and a fallback (quantizing in memory), never a
+ * failed load.  The f32 spine, and --spine-cache off, quantize in memory
+ * from the mapped BF16 tensors, exactly as from a directory.
  */
 #include "engine/source/source.h"
 
 #include <fcntl.h>
-#include <xxhash.h>
-
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -27,24 +33,30 @@
 
 #include "common/buf.h"
 #include "common/client.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/manifest.h"
 #include "common/path.h"
 #include "common/sys.h"
 #include "engine/forward/forward.h"
+#include "engine/source/source_int.h"
 
 struct engine_remote {
     shoal_client *client;
     shoal_model_info info;
     manifest *man;
+    k3_config cfg;             /* the manifest's config, parsed */
+    const char *spec;          /* borrowed from connect's caller for logs */
+    char spec_buf[512];
     engine_model *model;
     expert_source *src;
+    engine_remote_options ro;
     int timeout_ms;
     int opened;                /* OPEN succeeded: RELEASE on free */
-    int spine_cache;           /* use and store the int8 pack */
+    int spine_cache;           /* use and store the spine pack */
     struct spine_maps *sm;     /* spine tensors mapped (freed after the model) */
-    spine_pack *pack;          /* the cached pack, parsed, when used */
-    shoal_view pack_view;      /* its mapping */
+    spine_pack *pack;          /* the pack, parsed, when used */
+    spine_resident res;        /* its bytes in memory */
     engine_remote_spine spine;
 };
 
@@ -64,21 +76,6 @@ static void spine_maps_free(void *ctx)
             munmap(sm->v[i].base, sm->v[i].maplen);
     free(sm->v);
     free(sm);
-}
-
-uint64_t engine_remote_default_ram(void)
-{
-    shoal_buf b;
-    uint64_t kib = 0;
-    shoal_buf_init(&b, 1 << 20);
-    if (shoal_read_file("/proc/meminfo", 1 << 20, &b, NULL) == 0 &&
-        shoal_buf_append_u8(&b, 0) == 0) {
-        const char *p = strstr((const char *)b.data, "MemAvailable:");
-        if (p)
-            kib = strtoull(p + 13, NULL, 10);
-    }
-    shoal_buf_free(&b);
-    return kib * 1024 / 2;
 }
 
 int engine_remote_is_spec(const char *spec)
@@ -141,101 +138,9 @@ static int get_mapped(engine_remote *r, const shoal_key *keys, size_t n, shoal_v
     return rc;
 }
 
-/* ---- the cached int8 spine (docs/engine.md, "Cached int8 spine") ---------- */
-
-/* GET the pack shoald keeps for this model, check it against the blob's
- * XXH3-128 (a damaged blob on disk) and parse it (a pack from another
- * engine version or config).  0 with r->pack, or 1: quantize instead. */
-static int pack_fetch(engine_remote *r, const char *spec)
-{
-    shoal_key k = { .kind = SHOAL_KEY_DERIVED, .name = SPINE_PACK_NAME,
-                    .name_len = (uint16_t)strlen(SPINE_PACK_NAME) };
-    shoal_err e = { 0 };
-    uint64_t request;
-    shoal_item it = { .fd = -1 };
-    XXH128_canonical_t can;
-    int rc = shoal_client_get_send(r->client, r->info.handle, 0, &k, 1, &request, &e);
-
-    while (rc == 0) {
-        if ((rc = shoal_client_next(r->client, r->timeout_ms, &it, &e)) != 0)
-            break;
-        if (it.request == request)
-            break;
-        shoal_item_release(&it, NULL);
-    }
-    if (rc == 0 && it.status == SHOAL_ENOTFOUND) {
-        LOG_INFO("remote", "%s: no cached spine pack yet: quantizing", spec);
-        return 1;
-    }
-    if (rc == 0 && it.status != 0)
-        rc = shoal_err_set(&e, it.status, "%s", shoal_strerror(it.status));
-    if (rc == 0)
-        rc = shoal_item_map(&it, 0, &r->pack_view, &e);
-    if (rc == 0) {
-        XXH128_canonicalFromHash(&can, XXH3_128bits(r->pack_view.data, r->pack_view.length));
-        if (memcmp(can.digest, it.xxh128, 16) != 0)
-            rc = shoal_err_set(&e, SHOAL_ECORRUPT, "its bytes do not match the cache's "
-                               "XXH3-128 (damaged on disk? `shoal verify` removes it)");
-    }
-    if (rc == 0)
-        rc = spine_pack_open(r->pack_view.data, r->pack_view.length, r->man->config,
-                             r->man->config_len, &r->pack, &e);
-    /* the descriptor goes; the mapping stays while the pack is used */
-    shoal_item_release(&it, rc == 0 ? NULL : &r->pack_view);
-    if (rc != 0) {
-        LOG_WARN("remote", "%s: cached spine pack refused: %s; quantizing instead", spec, e.msg);
-        r->spine.refused = 1;
-        return 1;
-    }
-    return 0;
-}
-
-static void pack_drop(engine_remote *r)
-{
-    spine_pack_free(r->pack);
-    r->pack = NULL;
-    if (r->pack_view.base)
-        munmap(r->pack_view.base, r->pack_view.maplen);
-    memset(&r->pack_view, 0, sizeof r->pack_view);
-}
-
-/* Quantized at this load: hand the pack to shoald for the next one.  Any
- * failure only costs the next load a quantization. */
-static void pack_store(engine_remote *r, const char *spec)
-{
-    shoal_err e = { 0 };
-    uint8_t xxh[16];
-    uint64_t len = 0;
-    /* An unlinked file on disk (/var/tmp is disk-backed by convention), so
-     * the pack's pages are reclaimable: a memfd would hold a second copy of
-     * the int8 spine in RAM, ~57 GB for K3.  memfd only where that fails. */
-    int fd = open("/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    int rc;
-
-    if (fd < 0)
-        fd = memfd_create("shoal-spine-pack", MFD_CLOEXEC);
-    rc = fd < 0 ? shoal_err_set(&e, SHOAL_EIO, "no temporary file for the spine pack") : 0;
-
-    if (rc == 0)
-        rc = spine_pack_write(r->model, r->man->config, r->man->config_len, fd, &len, xxh, &e);
-    if (rc == 0)
-        rc = shoal_client_put(r->client, r->info.handle, SPINE_PACK_NAME, fd, len, xxh, &e);
-    if (fd >= 0)
-        close(fd);
-    if (rc == 0) {
-        r->spine.stored = 1;
-        LOG_INFO("remote", "%s: spine pack stored in shoald's cache (%.1f MiB)", spec,
-                 (double)len / 1048576.0);
-    } else if (rc == SHOAL_EEXIST) {
-        LOG_INFO("remote", "%s: another engine stored the spine pack first", spec);
-    } else {
-        LOG_WARN("remote", "%s: could not store the spine pack (%s); the next load quantizes "
-                 "again", spec, e.msg);
-    }
-}
-
 /* GET every spine tensor not mapped yet that the pack (when set) does not
- * cover, and fill tv with every mapped one.  *nv: views filled. */
+ * cover, and fill tv with every mapped one the pack does not cover.  *nv:
+ * views filled. */
 static int spine_fetch(engine_remote *r, engine_tensor_view *tv, size_t *nv, uint64_t *bytes,
                        shoal_err *err)
 {
@@ -271,6 +176,12 @@ static int spine_fetch(engine_remote *r, engine_tensor_view *tv, size_t *nv, uin
         const manifest_tensor *t = &man->tensors[i];
         if (!r->sm->v[i].base)
             continue;
+        if (r->pack && spine_pack_covers(r->pack, t->name)) {
+            /* the BF16 bytes of a matrix the pack holds: not needed any more */
+            munmap(r->sm->v[i].base, r->sm->v[i].maplen);
+            memset(&r->sm->v[i], 0, sizeof r->sm->v[i]);
+            continue;
+        }
         if (r->sm->v[i].length != t->length) {
             rc = shoal_err_set(err, SHOAL_EPROTO, "tensor %s: shoald sent %llu bytes, the "
                                "manifest says %llu", t->name,
@@ -290,8 +201,203 @@ static int spine_fetch(engine_remote *r, engine_tensor_view *tv, size_t *nv, uin
     return rc;
 }
 
-static int spine_load(engine_remote *r, const char *spec, const engine_model_options *mo,
-                      shoal_err *err)
+/* ---- the cached spine (docs/engine.md, "Cached spine") -------------------- */
+
+static void progress(engine_remote *r, const char *phase, uint64_t done, uint64_t total)
+{
+    if (r->ro.progress)
+        r->ro.progress(r->ro.progress_ctx, phase, done, total);
+}
+
+/* PROGRESS frames of shoald's work on the pack (hashing it at commit). */
+static void on_daemon_progress(const shoal_progress *p, void *ctx)
+{
+    progress(ctx, "storing", p->done, p->total);
+}
+
+/* Bring [off, off+len) of fd into memory and parse it as the pack of
+ * `mode`: 0 with r->pack, or a negative code with e filled. */
+static int pack_take(engine_remote *r, int fd, uint64_t off, uint64_t len, engine_spine mode,
+                     shoal_err *e)
+{
+    int rc = spine_resident_read(fd, off, len, r->ro.spine_load,
+                                 r->ro.io_threads > 0 ? r->ro.io_threads : 8, &r->res, e);
+    if (rc == 0)
+        rc = spine_pack_open(r->res.data, r->res.length, mode, r->man->config,
+                             r->man->config_len, &r->pack, e);
+    if (rc != 0) {
+        spine_resident_free(&r->res);
+        return rc;
+    }
+    r->spine.pack_bytes = len;
+    r->spine.direct = r->res.direct;
+    r->spine.mapped = r->res.mapped;
+    r->spine.locked = r->res.locked;
+    r->spine.read_ms = r->res.ms;
+    return 0;
+}
+
+static void pack_drop(engine_remote *r)
+{
+    spine_pack_free(r->pack);
+    r->pack = NULL;
+    spine_resident_free(&r->res);
+}
+
+/* GET the pack shoald keeps for this model and take it.  0 with r->pack;
+ * 1: not there; -1: there but refused (warned). */
+static int pack_get(engine_remote *r, engine_spine mode)
+{
+    const char *name = spine_pack_name(mode);
+    shoal_key k = { .kind = SHOAL_KEY_DERIVED, .name = name, .name_len = (uint16_t)strlen(name) };
+    shoal_err e = { 0 };
+    uint64_t request;
+    shoal_item it = { .fd = -1 };
+    int rc = shoal_client_get_send(r->client, r->info.handle, 0, &k, 1, &request, &e);
+
+    while (rc == 0) {
+        if ((rc = shoal_client_next(r->client, r->timeout_ms, &it, &e)) != 0)
+            break;
+        if (it.request == request)
+            break;
+        shoal_item_release(&it, NULL);
+    }
+    if (rc == 0 && it.status == SHOAL_ENOTFOUND) {
+        shoal_item_release(&it, NULL);
+        return 1;
+    }
+    if (rc == 0 && it.status != 0)
+        rc = shoal_err_set(&e, it.status, "%s", shoal_strerror(it.status));
+    if (rc == 0)
+        rc = pack_take(r, it.fd, it.offset, it.length, mode, &e);
+    shoal_item_release(&it, NULL);
+    if (rc != 0) {
+        LOG_WARN("remote", "%s: cached spine pack %s refused: %s; quantizing instead", r->spec,
+                 name, e.msg);
+        r->spine.refused = 1;
+        return -1;
+    }
+    return 0;
+}
+
+/* An unlinked file for a pack shoald will not take directly: on disk
+ * (/var/tmp is disk-backed by convention), so its pages are reclaimable;
+ * a memfd would hold a second copy of the spine in RAM.  memfd where that
+ * fails. */
+static int tmp_fd(void)
+{
+    int fd = open("/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    return fd >= 0 ? fd : memfd_create("shoal-spine-pack", MFD_CLOEXEC);
+}
+
+/* Quantize the BF16 spine (the views tv[0..nv)) into writer w (begun on
+ * its file) through a build-only model, and finish. */
+static int pack_fill(engine_remote *r, const engine_model_options *mo, spine_pack_writer *w,
+                     const engine_tensor_view *tv, size_t nv, uint8_t xxh[16], shoal_err *err)
+{
+    engine_model_options o = *mo;
+    engine_model *bm = NULL;
+    int rc;
+
+    o.pack = NULL;
+    o.pack_out = w;
+    o.progress = r->ro.progress;
+    o.progress_ctx = r->ro.progress_ctx;
+    rc = engine_model_open_views(r->spec, r->man->config, r->man->config_len, tv, nv, NULL, NULL,
+                                 &o, &bm, err);
+    engine_model_free(bm);
+    return rc ? rc : spine_pack_writer_finish(w, xxh, err);
+}
+
+/* Store through PUT_BEGIN / PUT_COMMIT, or through a temporary file (PUT,
+ * or not stored at all when the budget refused it), then take the pack
+ * from those bytes.  0 with r->pack; 2: another engine stored it first
+ * (GET it); a negative code: quantize in memory instead (warned). */
+static int pack_build(engine_remote *r, const engine_model_options *mo)
+{
+    const char *name = spine_pack_name(mo->spine);
+    spine_pack_writer *w = NULL;
+    shoal_put put = { .fd = -1 };
+    shoal_err e = { 0 }, pe = { 0 };
+    uint8_t xxh[16];
+    uint64_t len = 0, t0 = shoal_now_ns(), bytes;
+    engine_tensor_view *tv = calloc(r->man->ntensors + 1, sizeof *tv);
+    size_t nv = 0;
+    int fd = -1, keep = -1, direct = 0, store = 1, rc, prc;
+
+    /* the BF16 spine first: shoald's budget must hold it before the pack */
+    rc = tv ? spine_fetch(r, tv, &nv, &bytes, &e) : shoal_err_set(&e, SHOAL_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = spine_pack_writer_new(&r->cfg, mo->spine, r->man->config, r->man->config_len, &w, &e);
+    if (rc == 0) {
+        len = spine_pack_writer_length(w);
+        prc = shoal_client_put_begin(r->client, r->info.handle, name, len, &put, &pe);
+        if (prc == SHOAL_EEXIST) {
+            spine_pack_writer_free(w);
+            free(tv);
+            return 2;
+        }
+        if (prc == 0) {
+            fd = put.fd;
+            direct = 1;
+        } else {
+            store = prc != SHOAL_ENOSPC;
+            if (store)
+                LOG_INFO("remote", "%s: shoald cannot take the pack directly (%s): building "
+                         "it in a temporary file and PUTting that", r->spec, pe.msg);
+            else
+                LOG_WARN("remote", "%s: could not store the spine pack (%s); building it in a "
+                         "temporary file, the next load builds it again", r->spec, pe.msg);
+            if ((fd = tmp_fd()) < 0)
+                rc = shoal_err_set(&e, SHOAL_EIO, "no temporary file for the spine pack");
+        }
+    }
+    if (rc == 0 && (rc = spine_pack_writer_begin(w, fd, &e)) == 0)
+        rc = pack_fill(r, mo, w, tv, nv, xxh, &e);
+    free(tv);
+    r->spine.built = rc == 0;
+    if (rc == 0 && direct) {
+        /* commit closes put.fd: a copy of it to read the pack back from */
+        keep = dup(fd);
+        shoal_client_on_progress(r->client, on_daemon_progress, r);
+        prc = shoal_client_put_commit(r->client, &put, xxh, &pe);
+        shoal_client_on_progress(r->client, NULL, NULL);
+        r->spine.stored = r->spine.put_direct = prc == 0;
+        if (prc != 0)
+            LOG_WARN("remote", "%s: could not store the spine pack (%s); the next load "
+                     "builds it again", r->spec, pe.msg);
+        fd = keep;
+    } else if (rc == 0 && store) {
+        prc = shoal_client_put(r->client, r->info.handle, name, fd, len, xxh, &pe);
+        r->spine.stored = prc == 0;
+        if (prc != 0 && prc != SHOAL_EEXIST)
+            LOG_WARN("remote", "%s: could not store the spine pack (%s); the next load "
+                     "quantizes again", r->spec, pe.msg);
+    } else if (direct) {
+        shoal_client_put_abort(r->client, &put, NULL);
+        fd = -1;
+    }
+    if (rc == 0 && fd < 0)
+        rc = shoal_err_set(&e, SHOAL_EIO, "spine pack: no descriptor to read it back");
+    if (rc == 0)
+        rc = pack_take(r, fd, 0, len, mo->spine, &e);
+    if (fd >= 0)
+        close(fd);
+    spine_pack_writer_free(w);
+    if (rc != 0) {
+        LOG_WARN("remote", "%s: building the spine pack failed: %s; quantizing in memory", r->spec,
+                 e.msg);
+        return rc;
+    }
+    LOG_INFO("remote", "%s: spine pack %s built (%.1f MiB) in %.1f ms%s", r->spec, name,
+             (double)len / 1048576.0, (double)(shoal_now_ns() - t0) / 1e6,
+             r->spine.stored ? ", stored in shoald's cache" : "");
+    return 0;
+}
+
+/* The spine in the mode of mo: from the cached pack, built into the
+ * cache, or quantized in memory. */
+static int spine_load(engine_remote *r, const engine_model_options *mo, shoal_err *err)
 {
     const manifest *man = r->man;
     engine_tensor_view *tv = calloc(man->ntensors + 1, sizeof *tv);
@@ -306,38 +412,47 @@ static int spine_load(engine_remote *r, const char *spec, const engine_model_opt
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     }
     r->sm->n = man->ntensors;
+    r->spine.mode = mo->spine;
     o.pack = NULL;
-    if (r->spine_cache && mo->spine == ENGINE_SPINE_INT8 && pack_fetch(r, spec) == 0)
-        o.pack = r->pack;
+    o.pack_out = NULL;
+    if (r->spine_cache && spine_pack_name(mo->spine)) {
+        int got = pack_get(r, mo->spine);
+        if (got == 1) {
+            LOG_INFO("remote", "%s: no cached %s spine yet: building it", r->spec,
+                     k3_spine_mode_name((k3_spine_mode)mo->spine));
+            int b = pack_build(r, mo);
+            got = b == 2 ? pack_get(r, mo->spine) : b;
+        }
+        if (got == 0)
+            o.pack = r->pack;
+    }
     rc = spine_fetch(r, tv, &nv, &bytes, err);
     if (rc == 0) {
-        LOG_INFO("remote", "%s: %zu spine tensors (%.1f MiB) from shoald in %.1f ms%s", spec, nv,
-                 (double)bytes / 1048576.0, (double)(shoal_now_ns() - t0) / 1e6,
-                 o.pack ? " beside the cached int8 pack" : "");
-        rc = engine_model_open_views(spec, man->config, man->config_len, tv, nv, NULL, NULL, &o,
-                                     &r->model, err);
+        LOG_INFO("remote", "%s: %zu spine tensors (%.1f MiB) from shoald in %.1f ms%s", r->spec,
+                 nv, (double)bytes / 1048576.0, (double)(shoal_now_ns() - t0) / 1e6,
+                 o.pack ? " beside the spine pack" : "");
+        rc = engine_model_open_views(r->spec, man->config, man->config_len, tv, nv, NULL, NULL,
+                                     &o, &r->model, err);
     }
     if (rc != 0 && o.pack) {
         /* a pack that parses but does not fit this model's config */
-        LOG_WARN("remote", "%s: cached spine pack refused: %s; quantizing instead", spec,
+        LOG_WARN("remote", "%s: cached spine pack refused: %s; quantizing instead", r->spec,
                  err ? err->msg : "?");
         r->spine.refused = 1;
         pack_drop(r);
         o.pack = NULL;
         rc = spine_fetch(r, tv, &nv, &bytes, err);
         if (rc == 0)
-            rc = engine_model_open_views(spec, man->config, man->config_len, tv, nv, NULL, NULL,
-                                         &o, &r->model, err);
+            rc = engine_model_open_views(r->spec, man->config, man->config_len, tv, nv, NULL,
+                                         NULL, &o, &r->model, err);
     }
     free(tv);
     if (rc != 0)
         return rc;
     r->spine.from_pack = o.pack != NULL;
     r->spine.load_ms = (double)(shoal_now_ns() - t0) / 1e6;
-    LOG_INFO("remote", "%s: spine ready in %.1f ms (%s)", spec, r->spine.load_ms,
-             o.pack ? "mapped the cached int8 pack, nothing quantized" : "quantized at load");
-    if (!o.pack && r->spine_cache && mo->spine == ENGINE_SPINE_INT8)
-        pack_store(r, spec);
+    LOG_INFO("remote", "%s: spine ready in %.1f ms (%s)", r->spec, r->spine.load_ms,
+             o.pack ? "from the spine pack in memory, nothing quantized" : "quantized in memory");
     return 0;
 }
 
@@ -346,21 +461,26 @@ void engine_remote_spine_info(const engine_remote *r, engine_remote_spine *out)
     *out = r->spine;
 }
 
-int engine_remote_open(const char *spec, const engine_remote_options *ro,
-                       const engine_model_options *mo, engine_remote **out, shoal_err *err)
+int engine_remote_connect(const char *spec, const engine_remote_options *ro,
+                          engine_remote **out, shoal_err *err)
 {
     engine_remote *r = calloc(1, sizeof *r);
     shoal_client_opts co = { 0 };
+    shoal_json *root = NULL;
     int rc;
 
     *out = NULL;
     if (!r)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     r->info.manifest_fd = -1;
-    r->timeout_ms = ro && ro->timeout_ms > 0 ? ro->timeout_ms : 60000;
-    r->spine_cache = !(ro && ro->spine_cache_off);
-    co.home = ro ? ro->home : NULL;
-    co.socket_path = ro ? ro->socket_path : NULL;
+    if (ro)
+        r->ro = *ro;
+    snprintf(r->spec_buf, sizeof r->spec_buf, "%s", spec);
+    r->spec = r->spec_buf;
+    r->timeout_ms = r->ro.timeout_ms > 0 ? r->ro.timeout_ms : 60000;
+    r->spine_cache = !r->ro.spine_cache_off;
+    co.home = r->ro.home;
+    co.socket_path = r->ro.socket_path;
     co.name = "shoal-engine";
     co.call_timeout_ms = r->timeout_ms;
     if ((rc = shoal_client_connect(&co, &r->client, err)) != 0)
@@ -370,23 +490,48 @@ int engine_remote_open(const char *spec, const engine_remote_options *ro,
         goto fail;
     }
     r->opened = 1;
-    if ((rc = manifest_read(r, spec, err)) != 0 || (rc = spine_load(r, spec, mo, err)) != 0)
+    if ((rc = manifest_read(r, spec, err)) != 0)
         goto fail;
-    if (r->model->cfg.expert_bytes != r->info.expert_bytes) {
-        rc = shoal_err_set(err, SHOAL_EPROTO, "%s: shoald's expert span is %llu bytes, the "
-                           "config's %llu", spec, (unsigned long long)r->info.expert_bytes,
-                           (unsigned long long)r->model->cfg.expert_bytes);
+    root = shoal_json_parse((const char *)r->man->config, r->man->config_len, err);
+    rc = root ? k3_config_parse(root, &r->cfg, err) : SHOAL_EFORMAT;
+    shoal_json_free(root);
+    if (rc != 0) {
+        shoal_err_wrap(err, rc, "%s: config.json", spec);
         goto fail;
     }
+    *out = r;
+    return 0;
+fail:
+    engine_remote_free(r);
+    return rc;
+}
+
+void engine_remote_config(const engine_remote *r, const uint8_t **config, size_t *len)
+{
+    *config = r->man->config;
+    *len = r->man->config_len;
+}
+
+int engine_remote_bind(engine_remote *r, const engine_model_options *mo, uint64_t expert_ram,
+                       shoal_err *err)
+{
+    int rc;
+
+    if ((rc = spine_load(r, mo, err)) != 0)
+        return rc;
+    if (r->model->cfg.expert_bytes != r->info.expert_bytes)
+        return shoal_err_set(err, SHOAL_EPROTO, "%s: shoald's expert span is %llu bytes, the "
+                             "config's %llu", r->spec, (unsigned long long)r->info.expert_bytes,
+                             (unsigned long long)r->model->cfg.expert_bytes);
     expert_source_shoald_options so = {
         .expert_bytes = r->info.expert_bytes, .n_layers = (int)r->model->cfg.n_layers,
-        .experts_per_layer = (int)r->model->cfg.n_experts,
-        .ram_bytes = ro && ro->expert_ram_set ? ro->expert_ram : engine_remote_default_ram(), .page_cache = ro ? ro->page_cache : EXPERT_PC_KEEP,
-        .timeout_ms = r->timeout_ms, .read_part = ro ? ro->read_part : 0,
+        .experts_per_layer = (int)r->model->cfg.n_experts, .ram_bytes = expert_ram,
+        .page_cache = r->ro.page_cache, .timeout_ms = r->timeout_ms,
+        .read_part = r->ro.read_part,
     };
     for (int64_t i = 0; i < r->model->cfg.n_layers; i++)
         so.moe_layers += r->model->cfg.layers[i].moe != 0;
-    if (!ro || !ro->page_cache_set) {
+    if (!r->ro.page_cache_set) {
         /* docs/performance.md: when every expert fits the RAM tier, cached
          * pages are free re-reads (keep); when they do not, the page cache
          * cannot hold the working set either, and expert pages would only
@@ -397,20 +542,14 @@ int engine_remote_open(const char *spec, const engine_remote_options *ro,
         uint64_t all = (uint64_t)so.moe_layers * (uint64_t)so.experts_per_layer * so.expert_bytes;
         so.page_cache = all > so.ram_bytes ? EXPERT_PC_DIRECT : EXPERT_PC_KEEP;
     }
-    LOG_INFO("remote", "%s: RAM tier %.1f MiB, page cache policy %s", spec,
+    LOG_INFO("remote", "%s: RAM tier %.1f MiB, page cache policy %s", r->spec,
              (double)so.ram_bytes / 1048576.0,
              so.page_cache == EXPERT_PC_KEEP ? "keep"
              : so.page_cache == EXPERT_PC_DONTNEED ? "dontneed" : "direct");
     r->src = expert_source_shoald_new(r->client, r->info.handle, &so);
-    if (!r->src) {
-        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
-        goto fail;
-    }
-    *out = r;
+    if (!r->src)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     return 0;
-fail:
-    engine_remote_free(r);
-    return rc;
 }
 
 engine_model *engine_remote_model(engine_remote *r)
@@ -474,7 +613,7 @@ void engine_remote_free(engine_remote *r)
     expert_source_free(r->src);
     engine_model_free(r->model);
     spine_maps_free(r->sm);      /* the model viewed them: after it */
-    pack_drop(r);
+    pack_drop(r);                /* ... and the pack */
     manifest_free(r->man);
     if (r->info.manifest_fd >= 0)
         close(r->info.manifest_fd);

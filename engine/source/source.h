@@ -3,11 +3,14 @@
  * pass's expert-source interface (engine/forward/forward.h, part 4); the
  * forward pass never includes this header.
  *
- * Two parts:
+ * Three parts:
  *   1. the shoald expert source (expert_source_shoald.c): batched GETs,
  *      the RAM tier, prefetches, parallel reads;
- *   2. a model served by shoald (remote.c): OPEN, the spine GET'd and
- *      bound, the expert source set up for it.
+ *   2. a model served by shoald (remote.c, spine_resident.c): OPEN, the
+ *      spine pack read into memory or built into shoald's cache, the
+ *      expert source set up for it;
+ *   3. a model loaded under the memory plan, from a directory or shoald
+ *      (load.c).
  */
 #ifndef SHOAL_ENGINE_SOURCE_H
 #define SHOAL_ENGINE_SOURCE_H
@@ -17,6 +20,7 @@
 
 #include "common/err.h"
 #include "engine/forward/forward.h"
+#include "engine/plan/plan.h"
 
 /* ---- 1. the shoald expert source -------------------------------------------
  *
@@ -56,9 +60,13 @@ expert_source *expert_source_shoald_new(struct shoal_client *client, uint32_t ha
  * side of `shoal-engine run hf://org/name`.
  *
  * Owns: the connection to shoald (common/client.h), the OPEN of the model,
- * the decoded manifest, the spine tensors GET'd by name and kept mapped for
- * the model's lifetime, the bound engine_model and its shoald expert
- * source.  Does not own the forward pass, nor the cache (shoald does).
+ * the decoded manifest, the spine: the cached pack read into memory
+ * (spine_resident.c), or built tensor by tensor straight into the object
+ * shoald hands out for it (PUT_BEGIN / PUT_COMMIT) and then read like a
+ * second run's, or quantized in memory; the spine tensors the pack does
+ * not cover, GET'd by name and kept mapped; the bound engine_model and its
+ * shoald expert source.  Does not own the forward pass, nor the cache
+ * (shoald does), nor the plan (the caller sizes the RAM tier with it).
  *
  * Threads: one thread at a time (the client connection is shared by the
  * spine load and the expert source).
@@ -66,41 +74,62 @@ expert_source *expert_source_shoald_new(struct shoal_client *client, uint32_t ha
 
 typedef struct engine_remote engine_remote;
 
+/* How a cached spine pack is brought into memory (spine_resident.c). */
+typedef enum spine_load_mode {
+    SPINE_LOAD_READ = 0,       /* read into anonymous huge pages (O_DIRECT, threads) */
+    SPINE_LOAD_MAP = 1         /* mapped, populated, mlock'd where allowed */
+} spine_load_mode;
+
 typedef struct engine_remote_options {
     const char *home;          /* shoald's home (the socket is home/shoald.sock) */
     const char *socket_path;   /* overrides home when set */
     int timeout_ms;            /* per item and per call; <= 0: 60 s */
-    uint64_t expert_ram;       /* the engine's RAM tier for experts, bytes, when */
-    int expert_ram_set;        /* ... set; otherwise half of MemAvailable after the spine */
     expert_page_cache page_cache;  /* when page_cache_set; otherwise dontneed if the
                                     * experts do not fit the RAM tier, else keep */
     int page_cache_set;
-    int spine_cache_off;       /* neither use nor store the cached int8 spine pack */
+    int spine_cache_off;       /* neither use nor store the cached spine pack */
     uint64_t read_part;        /* expert reads in parts of this many bytes; 0: default */
+    spine_load_mode spine_load;
+    int io_threads;            /* threads reading the pack into memory; 0: 8 */
+    /* a pack being built: bytes done of the pack's total; may be NULL */
+    engine_progress_fn progress;
+    void *progress_ctx;
 } engine_remote_options;
 
 /* How the spine was loaded. */
 typedef struct engine_remote_spine {
-    int    from_pack;          /* mapped the cached int8 pack: nothing quantized */
-    int    stored;             /* quantized, and the pack was stored for next time */
+    int    from_pack;          /* bound from a pack in memory: nothing quantized */
+    int    built;              /* quantized at this load into a pack */
+    int    stored;             /* ... and shoald stored it for the next load */
+    int    put_direct;         /* ... written straight into shoald's file (PUT_BEGIN) */
     int    refused;            /* a cached pack was there but refused (warned) */
+    engine_spine mode;
+    uint64_t pack_bytes;
+    int    direct;             /* the pack was read with O_DIRECT */
+    int    mapped, locked;     /* --spine-load map: mapped, and mlock'd */
     double load_ms;            /* from the first spine GET to the model bound */
+    double read_ms;            /* of it: reading the pack into memory */
 } engine_remote_spine;
 
 /* Is `spec` a model shoald must serve ("hf://...")? */
 int engine_remote_is_spec(const char *spec);
 
-/* Connect, OPEN `spec`, GET every spine tensor and bind the model with
- * `mo`.  A missing daemon fails with the client's "start shoald" message.
- * *out on success (engine_remote_free), NULL on failure. */
-int engine_remote_open(const char *spec, const engine_remote_options *ro,
-                       const engine_model_options *mo, engine_remote **out, shoal_err *err);
+/* Connect, OPEN `spec` and read its manifest: the config is known, no
+ * weight is read.  A missing daemon fails with the client's "start
+ * shoald" message.  *out on success (engine_remote_free), NULL on failure. */
+int engine_remote_connect(const char *spec, const engine_remote_options *ro,
+                          engine_remote **out, shoal_err *err);
 
-/* Half of /proc/meminfo's MemAvailable (0 when unreadable): the default
- * RAM tier, leaving the rest to the page cache and everything else. */
-uint64_t engine_remote_default_ram(void);
+/* The model's config.json bytes (borrowed from the manifest). */
+void engine_remote_config(const engine_remote *r, const uint8_t **config, size_t *len);
 
-/* Borrowed; live until engine_remote_free. */
+/* Load the spine with `mo` and make the expert source with a RAM tier of
+ * `expert_ram` bytes (the plan's).  0 or a negative code (the remote is
+ * then only fit for engine_remote_free). */
+int engine_remote_bind(engine_remote *r, const engine_model_options *mo, uint64_t expert_ram,
+                       shoal_err *err);
+
+/* Borrowed; live until engine_remote_free (model and source after bind). */
 engine_model *engine_remote_model(engine_remote *r);
 expert_source *engine_remote_source(engine_remote *r);
 struct shoal_client *engine_remote_client(engine_remote *r);
@@ -115,5 +144,68 @@ int engine_remote_write_files(engine_remote *r, const char *const *names, size_t
                               const char *dir, shoal_err *err);
 
 void engine_remote_free(engine_remote *r);
+
+/* ---- 3. a model loaded under the memory plan --------------------------------
+ *
+ * what every command that runs a model does first (load.c): read the
+ * machine's limits (common/platform.h) and the config (config.json of a
+ * directory, or the manifest shoald sends for hf://), make the memory plan
+ * (engine/plan/plan.h), refuse what does not fit, print the plan, bind the
+ * model in the plan's spine mode, give the expert source the plan's RAM
+ * tier, REPORT the plan to shoald, and fill the session options with the
+ * plan's context.
+ *
+ * Owns: the thread pool, the model (directly or through engine_remote),
+ * the expert source, the plan.  Does not own the sessions.
+ */
+
+typedef struct engine_load_options {
+    plan_options plan;         /* ram, context, spine (-1 auto), chunk, threads, copies,
+                                * expert_ram; `remote` is set from the spec */
+    /* hf:// models through shoald */
+    const char *home;
+    int timeout_ms;
+    int page_cache;            /* -1: the default policy, else expert_page_cache */
+    int spine_cache_off;
+    uint64_t read_part;
+    spine_load_mode spine_load;
+    /* the forward pass */
+    int experts;               /* -1: by the spine (exact with f32), else kernels_numerics */
+    engine_alog_mode alog;
+    engine_l2_mode l2;
+    double mla_eps;
+    int no_prefetch;           /* 0 on, 1 score, 2 off */
+    double prefetch_cutoff;
+    /* where the plan is printed at load (one block); NULL: not printed */
+    FILE *plan_out;
+    engine_progress_fn progress;   /* a pack being built */
+    void *progress_ctx;
+} engine_load_options;
+
+void engine_load_options_default(engine_load_options *o);
+
+typedef struct engine_loaded {
+    struct kernels_pool *pool;
+    engine_model *model;
+    expert_source *src;
+    engine_remote *remote;     /* hf://: owns model and src */
+    plan plan;
+    engine_session_options session;   /* chunk, pool, src, experts, prefetch, context */
+    double load_ms;
+} engine_loaded;
+
+/* The plan alone: limits, config, plan_make; no weight read (hf:// opens
+ * the model on shoald for its manifest).  0, or the plan's refusal
+ * (SHOAL_ENOMEM, *p filled) or another negative code. */
+int engine_load_plan(const char *spec, const engine_load_options *o, plan *p, k3_config *cfg,
+                     shoal_err *err);
+
+/* Plan and load.  A plan that streams part of the spine is refused for
+ * now (SHOAL_EUNSUPPORTED naming the memory that would hold it whole).
+ * *out zeroed on failure; close with engine_load_close (accepts a zeroed
+ * one). */
+int engine_load_open(const char *spec, const engine_load_options *o, engine_loaded *out,
+                     shoal_err *err);
+void engine_load_close(engine_loaded *l);
 
 #endif

@@ -33,6 +33,13 @@ References (--ref):
         SiTU(h) quantized per 32.  What is left is f32 vs f64 arithmetic,
         plus rare activations whose rounding flips (a value within f32 noise
         of a rounding boundary), one int8 step each.
+  int4  the same with the engine's int4 spine (--spine int4,
+        common/k3_sizes.h): KDA q/k/v/g/o, the shared experts, the latent
+        down/up and the dense MLP replaced by their int4 values (per group
+        of 32 columns, scale = bf16(max|w|/7) rounded to nearest even, q =
+        rint(w * (1/scale)) clamped to +-7, in float32 as
+        engine/kernels/q4.c), MLA and lm_head int8 as above, routers and
+        the gate path f32; activations quantized per 32 as for int8.
 
 Exit 0 when every check passes, 1 otherwise; prints one line per check.
 """
@@ -74,11 +81,31 @@ def q8_act(x):
     return (d.astype(np.float64)[:, None] * q).reshape(-1)
 
 
-class QMat:
-    """An int8 spine matrix: W' @ q8_act(x)."""
+def bf16_round(x):
+    """float32 to the nearest BF16 (ties to even), as float32 (q4.c's bf16_round)."""
+    b = np.asarray(x, dtype=F32).view(np.uint32).astype(np.uint64)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) >> 16 << 16
+    return b.astype(np.uint32).view(F32)
 
-    def __init__(self, w):
-        self.w = q8_rows(w)
+
+def q4_groups(w):
+    """Per-32-column int4 quantization as engine/kernels/q4.c, dequantized."""
+    w = np.asarray(w, dtype=F32)
+    rows, cols = w.shape
+    g = w.reshape(rows, cols // 32, 32)
+    amax = np.abs(g).max(axis=2)
+    scale = bf16_round((amax / F32(7)).astype(F32))
+    with np.errstate(divide="ignore"):
+        inv = np.where(scale > 0, F32(1) / scale, F32(0)).astype(F32)
+    q = np.clip(np.rint((g * inv[:, :, None]).astype(F32)), -7, 7)
+    return (scale.astype(np.float64)[:, :, None] * q).reshape(rows, cols)
+
+
+class QMat:
+    """An int8 (or int4) spine matrix: W' @ q8_act(x)."""
+
+    def __init__(self, w, int4=False):
+        self.w = q4_groups(w) if int4 else q8_rows(w)
         self.shape = self.w.shape
 
     def __matmul__(self, x):
@@ -89,7 +116,21 @@ class QMat:
 F32_NAMES = (".gate.weight", ".f_a_proj.weight", ".f_b_proj.weight", ".b_proj.weight")
 
 
-def emulate_int8(model, experts_fast):
+def int4_part(model, name):
+    """Is `name` one of the matrices the int4 spine keeps in int4
+    (common/k3_sizes.h: KDA q/k/v/g/o, shared experts, latent down/up,
+    dense MLP)?"""
+    if ".shared_experts." in name or "routed_expert_down_proj" in name \
+            or "routed_expert_up_proj" in name or ".mlp." in name:
+        return True
+    if ".self_attn." in name and name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight",
+                                                 "g_proj.weight", "o_proj.weight")):
+        layer = int(name.split(".")[2])
+        return model.cfg.kinds[layer] == "K"
+    return False
+
+
+def emulate_int8(model, experts_fast, int4=False):
     orig = model.w
     cache = {}
 
@@ -100,7 +141,7 @@ def emulate_int8(model, experts_fast):
             if (got.ndim == 2 and got.shape[0] > 1 and got.shape[1] % 32 == 0
                     and not name.endswith(F32_NAMES) and "res_proj" not in name
                     and "kv_b_proj" not in name):
-                got = QMat(got)
+                got = QMat(got, int4 and int4_part(model, name))
             cache[name] = got
         return got
 
@@ -194,8 +235,8 @@ def run_ref(model_dir, tokens, max_tokens, mode, experts_fast, noise=0.0, seed=0
     saved = (k3_ref.mla_forward, k3_ref.moe_forward)
     try:
         model = k3_ref.load_model(model_dir)
-        if mode == "int8":
-            emulate_int8(model, experts_fast)
+        if mode in ("int8", "int4"):
+            emulate_int8(model, experts_fast, mode == "int4")
         if noise:
             perturb(model, noise, seed)
         out, logits, hidden = k3_ref.generate(model, tokens, max_tokens)
@@ -287,8 +328,8 @@ def check_layers(a, tokens, fast, check):
     model = k3_ref.load_model(a.model_dir)
     saved = (k3_ref.mla_forward, k3_ref.moe_forward)
     try:
-        if a.ref == "int8":
-            emulate_int8(model, fast)
+        if a.ref in ("int8", "int4"):
+            emulate_int8(model, fast, a.ref == "int4")
         eng_hidden, eng_logits, eng_ids = load_engine(a, model.cfg.vocab)
         fed = tokens + eng_ids
         want = len(tokens) + max(len(eng_ids) - 1, 0)
@@ -313,6 +354,10 @@ def check_layers(a, tokens, fast, check):
           f"every layer's median rel-L2 within {a.tol_median:g}")
     check(float(el.max()) <= a.tol_logits,
           f"logits rel-L2 {el.max():.3g} <= {a.tol_logits:g} over {len(el)} positions")
+    if a.tol_cells is not None:
+        over = float(np.mean(eh > a.tol_cells))
+        check(over <= a.max_cells, f"{over:.1%} of the {eh.size} (position, layer) cells above "
+              f"{a.tol_cells:g} (at most {a.max_cells:.0%}: activations whose int8 rounding flips)")
     argmax_same = sum(int(np.argmax(e) == np.argmax(r)) for e, r in zip(eng_logits, ref_logits))
     print(json.dumps({"check": "layers", "ref": a.ref, "layers_max": [float(v) for v in eh.max(axis=0)],
                       "logits_max": float(el.max()), "argmax_same": argmax_same,
@@ -368,8 +413,8 @@ def main():
     ap.add_argument("--tokens", required=True)
     ap.add_argument("--max-tokens", type=int, required=True)
     ap.add_argument("--check", choices=("layers", "e2e"), required=True)
-    ap.add_argument("--ref", choices=("f64", "int8"), default="f64",
-                    help="plain float64 reference, or with the int8 spine emulated")
+    ap.add_argument("--ref", choices=("f64", "int8", "int4"), default="f64",
+                    help="plain float64 reference, or with the int8 / int4 spine emulated")
     ap.add_argument("--experts", choices=("fast", "exact"), default="exact")
     ap.add_argument("--tol", type=float, required=True)
     ap.add_argument("--tol-median", type=float, default=None,
@@ -379,6 +424,9 @@ def main():
     ap.add_argument("--hidden", required=True, help="engine --dump-hidden .npy")
     ap.add_argument("--logits", required=True, help="engine --dump-logits")
     ap.add_argument("--ids", required=True, help="engine's generated ids, space-separated")
+    ap.add_argument("--tol-cells", type=float, default=None,
+                    help="layers check: the share of (position, layer) cells above this ...")
+    ap.add_argument("--max-cells", type=float, default=0.0, help="... is at most this")
     ap.add_argument("--margin", type=float, default=0.05)
     ap.add_argument("--min-steps", type=int, default=0)
     a = ap.parse_args()

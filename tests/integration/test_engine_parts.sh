@@ -6,7 +6,8 @@
 # policy the ids and logits must equal the local run's.  `direct` is where a
 # part stitched at the wrong place would change the bytes: O_DIRECT into
 # the engine's buffer on ext4 here, and the plain-read fallback with
-# shoald's home on a tmpfs (/dev/shm), where O_DIRECT is refused.
+# shoald's home on a tmpfs (/dev/shm), where O_DIRECT is refused.  And the
+# expert buffer pool: a prefill chunk's experts stream through at most 32.
 source "$(dirname "$0")/lib.sh"
 E="$BIN/shoal-engine"
 [ -x "$E" ] && [ -x "$BIN/shoald" ] || skip "shoal-engine/shoald not built"
@@ -42,6 +43,23 @@ done
 [ "$(disk direct_4k)" -gt 0 ] || { cat "$T/e_direct_4k"; fail "the warm run read no expert from disk"; }
 echo "ok   parts of 4 KiB and 8 KiB, keep/dontneed/direct: ids and logits equal the local run" \
      "($(cat "$T/o_local"); $(disk direct_4k) experts from disk)"
+
+# the pool: a 16-token chunk routes up to 64 distinct experts per layer
+# (top 4 of 64); with no RAM tier they stream through at most 32 buffers
+# (PLAN_EXPERT_POOL, what the memory plan counts) instead of being held at once
+P16=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16
+"$E" run "$T/m" --tokens $P16 --max-tokens 3 > "$T/o_local16" 2>/dev/null || fail "local 16-token run"
+for pc in direct keep; do
+    timeout 120 "$E" run $M --home "$H" --tokens $P16 --max-tokens 3 --stats --expert-ram 0 \
+        --chunk 16 --page-cache $pc > "$T/o_pool_$pc" 2> "$T/e_pool_$pc" \
+        || { cat "$T/e_pool_$pc"; fail "pool run ($pc)"; }
+    cmp -s "$T/o_local16" "$T/o_pool_$pc" || fail "pool run ($pc): ids differ from the local run"
+    held=$(sed -n 's/^stats: expert buffers outside the RAM tier: at most \([0-9]*\) held (the pool: 32)$/\1/p' "$T/e_pool_$pc")
+    loads=$(sed -n 's/^stats: prefill loaded \([0-9]*\) distinct experts.*/\1/p' "$T/e_pool_$pc")
+    [ -n "$held" ] && [ "$held" -le 32 ] && [ "$held" -gt 0 ] \
+        || { cat "$T/e_pool_$pc"; fail "pool ($pc): held '$held' buffers, the pool is 32"; }
+    echo "ok   pool ($pc): prefill loaded $loads experts through at most $held buffers of 32"
+done
 
 # the parts really are separate reads: O_DIRECT preads of one 4096-byte block
 # each (a whole ~13 KB expert in one read matches none; with the default

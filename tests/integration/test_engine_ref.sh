@@ -11,7 +11,12 @@
 #     3e-2: int8 quantization through one layer; logits 2e-2; the max is not
 #     bounded: a router choice flipped by int8 changes that position's layer
 #     output by O(1)); 16 greedy steps identical to the emulated reference on
-#     a fixed prompt.
+#     a fixed prompt;
+#   - int4 spine: every layer against the reference with the int4 numerics
+#     emulated (median 1e-5, and at most 2 % of (position, layer) cells
+#     above 1e-4: the same rare activation flips as int8), free-running 16
+#     greedy steps identical to the emulated reference; its distance to the
+#     plain reference and the int4 vs int8 greedy tokens are printed.
 # Several seeds and prompts.  docs/engine.md explains the tolerances.
 source "$(dirname "$0")/lib.sh"
 
@@ -50,6 +55,19 @@ for seed in 1 2; do
         run q8_$tag "$M" $toks --spine int8 --experts fast
         refcheck q8_$tag "$M" $toks --check layers --ref int8 --experts fast --tol 2e-2 --tol-median 1e-5
         refcheck q8_$tag "$M" $toks --check layers --ref f64 --tol 1 --tol-median 3e-2 --tol-logits 2e-2
+        run q4_$tag "$M" $toks --spine int4 --experts fast
+        refcheck q4_$tag "$M" $toks --check layers --ref int4 --experts fast --tol 2e-2 \
+            --tol-median 1e-5 --tol-cells 1e-4 --max-cells 0.02
+        # the distance to the plain reference, reported (int4 rounds each weight
+        # to ~9 % of its group's max: tiny-k3's random weights show it whole)
+        refcheck q4_$tag "$M" $toks --check layers --ref f64 --tol 1 --tol-logits 5e-2 \
+            | tee "$T/q4f_$tag.out" | grep -E 'median|logits'
+        echo "     int4 greedy: $(cat "$T/q4_$tag.ids")"
+        echo "     int8 greedy: $(cat "$T/q8_$tag.ids")"
+        same=0
+        a=($(cat "$T/q4_$tag.ids")) b=($(cat "$T/q8_$tag.ids"))
+        while [ $same -lt ${#a[@]} ] && [ "${a[$same]}" = "${b[$same]}" ]; do same=$((same + 1)); done
+        echo "     int4 and int8 agree for the first $same of ${#a[@]} greedy tokens"
     done
     refcheck f32_s${seed}_7_100_300_5_9_42 "$M" 7,100,300,5,9,42 --check e2e --ref f64 --tol 1e-5 --margin 0.05
 done
@@ -63,6 +81,10 @@ refcheck q8x "$T/m1" 7,100,300,5,9,42 --check layers --ref int8 --experts exact 
 # teacher-forced checks above cover the others)
 run q8e "$T/m1" 1,2,3,4,5 --spine int8
 refcheck q8e "$T/m1" 1,2,3,4,5 --check e2e --ref int8 --experts fast --tol 2e-2 --min-steps 16 --margin 0.05
+
+# free-running int4: 16 identical greedy steps with the int4-emulating reference
+run q4e "$T/m1" 1,2,3,4,5 --spine int4
+refcheck q4e "$T/m1" 1,2,3,4,5 --check e2e --ref int4 --experts fast --tol 2e-2 --min-steps 16 --margin 0.05
 
 # the per-channel A_log switch follows the reference's switch
 run alog "$T/m2" 7,100,300,5,9,42 --spine f32 --alog per-channel --mla-eps 1e-5 --l2 max

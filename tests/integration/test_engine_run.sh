@@ -2,8 +2,9 @@
 # test_engine_run.sh — shoal-engine run on tiny-k3 without the reference:
 # chunked prefill bit-identical to token-at-a-time (C = 1, 3, 8) and across
 # thread counts; decode after prefill equal to one full forward; the output
-# forms (ids line, --json, --stats, dumps); bad input refused with a message
-# naming what is wrong.
+# forms (ids line, --json, --stats, dumps); the option grammar shared by
+# every command; the context cap; bad input refused with a message naming
+# what is wrong.
 source "$(dirname "$0")/lib.sh"
 
 E="$BIN/shoal-engine"
@@ -14,7 +15,7 @@ P=7,100,300,5,9,42,11,12,13,700,1
 V=1024
 
 # --- chunked prefill == token at a time, both spines, and thread counts ---
-for spine in int8 f32; do
+for spine in int8 int4 f32; do
     for c in 1 3 8; do
         "$E" run "$M" --tokens $P --max-tokens 5 --spine $spine --chunk $c \
             --dump-logits "$T/l_${spine}_$c" --dump-hidden "$T/h_${spine}_$c.npy" >"$T/o_${spine}_$c" \
@@ -73,9 +74,29 @@ expect_fail() {  # expect_fail STATUS REGEX CMD...
 expect_fail 1 'outside the vocabulary' "$E" run "$M" --tokens 1,1024 --max-tokens 1
 expect_fail 1 'outside the vocabulary' "$E" run "$M" --tokens -1 --max-tokens 1
 expect_fail 2 'comma-separated' "$E" run "$M" --tokens 1,x --max-tokens 1
-expect_fail 2 'bad value' "$E" run "$M" --tokens 1 --spine int4
+expect_fail 2 'bad value for --spine: int3' "$E" run "$M" --tokens 1 --spine int3
+expect_fail 2 "unrecognized option '--bogus'" "$E" run "$M" --tokens 1 --bogus
+expect_fail 2 "option '--chunk' needs a value" "$E" run "$M" --tokens 1 --chunk
+expect_fail 2 'more than one MODEL' "$E" run "$M" "$M" --tokens 1
+expect_fail 2 "unrecognized option '--bogus'" "$E" serve "$M" --bogus
+expect_fail 2 "unrecognized option '--bogus'" "$E" run "$M" --prompt hi --bogus
+expect_fail 2 "bad value for --ram" "$E" plan "$M" --ram lots
+# one grammar: --opt=value and --opt value, in every command
+a=$("$E" run "$M" --tokens=$P --max-tokens=3 --chunk=3 --spine=int8 2>/dev/null | tail -n 1)
+[ "$a" = "${ids[*]:0:3}" ] || fail "--opt=value: $a, expected ${ids[*]:0:3}"
+for cmd in run prompt serve plan; do
+    "$E" $cmd --help | grep -q -- '--expert-ram SIZE' || fail "$cmd --help lacks the shared options"
+    "$E" $cmd --version | grep -q '^shoal-engine [0-9]' || fail "$cmd --version"
+done
 expect_fail 1 'shoald' "$E" run hf://moonshotai/Kimi-K3 --tokens 1 --max-tokens 1
 expect_fail 1 'config.json' "$E" run "$T/nothing" --tokens 1 --max-tokens 1
+# the context cap: 11 prompt tokens and 5 more need 15 positions
+expect_fail 1 'need 15 positions; the context is 12 tokens \(--context\)' \
+    "$E" run "$M" --tokens $P --max-tokens 5 --context 12
+a=$("$E" run "$M" --tokens $P --max-tokens 5 --context 15 2>/dev/null | tail -n 1)
+[ "$a" = "${ids[*]}" ] || fail "--context 15: $a, expected ${ids[*]}"
+expect_fail 1 'past the model.s max_position_embeddings 4096' \
+    "$E" run "$M" --tokens $P --context 5000
 
 cp -r "$M" "$T/cfg"
 /usr/bin/python3 - "$T/cfg/config.json" <<'PYEOF'
