@@ -4,7 +4,7 @@
  * and the memory read bandwidth (a STREAM-style sum), takes the upstream
  * rate from the cache's past transfers, reads the model's config (experts
  * per token x span size; the spine in the format the engine keeps it in
- * RAM, common/spine_size.h: int8 by default, --spine int4|f32|bf16) and
+ * RAM, common/k3_sizes.h: int8 by default, --spine int4|f32) and
  * the cache's measured hit rates, and prints seconds per token streaming,
  * from disk and from RAM, with the arithmetic.  I/O only: compute time is
  * not included.
@@ -22,7 +22,7 @@
 
 #include "common/k3_config.h"
 #include "common/manifest.h"
-#include "common/spine_size.h"
+#include "common/k3_sizes.h"
 #include "common/sys.h"
 
 #define TMPFS_MAGIC_ 0x01021994
@@ -191,26 +191,18 @@ static void rates_from_stats(const shoal_cli *cli, const char *spec, double *up,
     shoal_json_free(j);
 }
 
-int cmd_estimate(shoal_cli *cli, int argc, char **argv)
+/* The command line: -1 to go on, else the exit status. */
+static int estimate_args(int argc, char **argv, uint64_t *up_flag, uint64_t *disk_bytes,
+                         uint64_t *mem_bytes, k3_spine_mode *fmt)
 {
     static const struct option opts[] = {
         { "upstream", required_argument, NULL, 'u' }, { "disk-bytes", required_argument, NULL, 'd' },
         { "mem-bytes", required_argument, NULL, 'm' }, { "spine", required_argument, NULL, 's' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
-    uint64_t disk_bytes = 256u << 20, mem_bytes = 256u << 20, up_flag = 0;
-    spine_format fmt = SPINE_FMT_INT8;
-    spine_size sz, ckpt;
-    model_shape m;
-    struct stat st;
-    shoal_err err = { 0, "" };
-    int c, rc, tmpfs = 0;
-    int64_t rn = 0, dn = 0;
-    double disk = 0, mem, up = 0, r = 0, d = 0;
-    const char *scope = "", *up_from = "the cache's past transfers";
-    char a[FMT_MAX], b[FMT_MAX], x[FMT_MAX], y[FMT_MAX], z[FMT_MAX], w[FMT_MAX];
+    int c;
 
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        uint64_t *dst = c == 'u' ? &up_flag : c == 'd' ? &disk_bytes : &mem_bytes;
+        uint64_t *dst = c == 'u' ? up_flag : c == 'd' ? disk_bytes : mem_bytes;
         switch (c) {
         case 'u': case 'd': case 'm':
             if (shoal_size_parse(optarg, dst) != 0 || *dst == 0) {
@@ -219,8 +211,11 @@ int cmd_estimate(shoal_cli *cli, int argc, char **argv)
             }
             break;
         case 's':
-            if (spine_format_parse(optarg, &fmt) != 0) {
-                fprintf(stderr, "shoal estimate: --spine takes int8, int4, f32 or bf16, not '%s'\n",
+            if (strcmp(optarg, "int8") == 0) *fmt = K3_SPINE_INT8;
+            else if (strcmp(optarg, "int4") == 0) *fmt = K3_SPINE_INT4;
+            else if (strcmp(optarg, "f32") == 0) *fmt = K3_SPINE_F32;
+            else {
+                fprintf(stderr, "shoal estimate: --spine takes int8, int4 or f32, not '%s'\n",
                         optarg);
                 return EXIT_USAGE;
             }
@@ -233,6 +228,25 @@ int cmd_estimate(shoal_cli *cli, int argc, char **argv)
         fputs(estimate_help, stderr);
         return EXIT_USAGE;
     }
+    return -1;
+}
+
+int cmd_estimate(shoal_cli *cli, int argc, char **argv)
+{
+    uint64_t disk_bytes = 256u << 20, mem_bytes = 256u << 20, up_flag = 0;
+    k3_spine_mode fmt = K3_SPINE_INT8;
+    k3_spine_sizes sz;
+    model_shape m;
+    struct stat st;
+    shoal_err err = { 0, "" };
+    int rc, tmpfs = 0;
+    int64_t rn = 0, dn = 0;
+    double disk = 0, mem, up = 0, r = 0, d = 0;
+    const char *scope = "", *up_from = "the cache's past transfers";
+    char a[FMT_MAX], b[FMT_MAX], x[FMT_MAX], y[FMT_MAX], z[FMT_MAX], w[FMT_MAX];
+
+    if ((rc = estimate_args(argc, argv, &up_flag, &disk_bytes, &mem_bytes, &fmt)) >= 0)
+        return rc;
     memset(&m, 0, sizeof m);
     cli_model_spec(argv[optind], m.name, sizeof m.name);
     if (stat(m.name, &st) == 0 && S_ISDIR(st.st_mode))
@@ -259,20 +273,24 @@ int cmd_estimate(shoal_cli *cli, int argc, char **argv)
 
     double E = (double)m.cfg.n_experts_per_token * (double)m.cfg.n_moe_layers *
                (double)m.cfg.expert_bytes;
-    spine_size_of(&m.cfg, fmt, &sz);
-    spine_size_of(&m.cfg, SPINE_FMT_BF16, &ckpt);
-    double S = (double)sz.per_token;
+    /* the spine as the engine keeps it (common/k3_sizes.h, the same count
+     * its loader and memory plan use): the derived matrices and vectors are
+     * read every token, the mapped embedding one row a token */
+    k3_spine_sizes_get(&m.cfg, fmt, &sz);
+    uint64_t per_token = sz.matrices + sz.vectors + 2 * (uint64_t)m.cfg.hidden;
+    uint64_t kept = sz.matrices + sz.vectors + sz.embedding;
+    double S = (double)per_token;
     printf("Model %s (shapes from %s)\n", m.name, m.config_from);
     printf("  experts per token  E = %lld MoE layers x %lld experts x %s = %s\n",
            (long long)m.cfg.n_moe_layers, (long long)m.cfg.n_experts_per_token,
            fmt_size(m.cfg.expert_bytes, a), fmt_size((uint64_t)E, b));
     printf("  spine (%-4s)       S = %s read per token (%s of matrices, %s of vectors)\n",
-           spine_format_name(fmt), fmt_size(sz.per_token, a), fmt_size(sz.matrices, b),
+           k3_spine_mode_name(fmt), fmt_size(per_token, a), fmt_size(sz.matrices, b),
            fmt_size(sz.vectors, x));
     printf("                     kept in RAM %s with the embedding (%s BF16, mapped: one row "
-           "a token)\n", fmt_size(sz.total, a), fmt_size(sz.embedding, b));
-    printf("                     checkpoint: %s BF16 in %llu tensors (--spine int8|int4|f32|bf16)\n",
-           fmt_size(ckpt.total, a), (unsigned long long)ckpt.tensors);
+           "a token)\n", fmt_size(kept, a), fmt_size(sz.embedding, b));
+    printf("                     checkpoint: %s BF16 (--spine int8|int4|f32)\n",
+           fmt_size(sz.checkpoint, a));
     printf("Measured on this machine\n");
     printf("  memory read        mem  = %s (STREAM-style sum over %s, one thread)\n",
            fmt_rate(mem, a), fmt_size(mem_bytes, b));
