@@ -8,6 +8,8 @@
 #   files (oracle_break.py: routers, nibbles, scales, records, expert
 #   spans, biases, AttnRes, lm_head, shared experts) does NOT give the
 #   sentence, locally on both spines and one of them through shoald.
+#   Last, `make demo`'s script: the commands a user types, the sentence,
+#   the closing line, no shoalc internals.
 source "$(dirname "$0")/lib.sh"
 E="$BIN/shoal-engine"
 PY=/usr/bin/python3
@@ -30,10 +32,12 @@ check "$BIN/mkmodel" --quiet --preset oracle --seed 3 --out "$T/m3" "mkmodel --p
 grep -q "oracle preset has 8 layers" "$T/bad.err" || fail "refusal: $(cat "$T/bad.err")"
 check $PY "$ROOT/tests/integration/mkmodel_check.py" "$T/m" --layout-only --stinfo "$BIN/stinfo" \
     "mkmodel_check on the oracle's layout"
-jq -e --arg p "$PROMPT" --arg t "$TEXT" '.oracle.prompt == $p and .oracle.text == $t' \
-    "$T/m/config.json" >/dev/null || fail "config.json's oracle is not the promise: $(jq -c .oracle "$T/m/config.json")"
-PIDS=$(jq -r '.oracle.prompt_ids | join(" ")' "$T/m/config.json")
-IDS=$(jq -r '.oracle.ids | join(" ")' "$T/m/config.json")
+cfg() { $PY -c 'import json, sys; print(eval(sys.argv[2], {"c": json.load(open(sys.argv[1]))}))' \
+          "$T/m/config.json" "$1"; }
+[ "$(cfg 'c["oracle"]["prompt"]')" = "$PROMPT" ] && [ "$(cfg 'c["oracle"]["text"]')" = "$TEXT" ] \
+    || fail "config.json's oracle is not the promise: $(cfg 'c["oracle"]')"
+PIDS=$(cfg '" ".join(map(str, c["oracle"]["prompt_ids"]))')
+IDS=$(cfg '" ".join(map(str, c["oracle"]["ids"]))')
 # the engine's tokenizer agrees with the ids synth/ hard-codes
 [ "$(printf '%s\n' "$PROMPT" | "$E" tokenize "$T/m")" = "$PIDS" ] || fail "the prompt tokenizes otherwise"
 [ "$(printf '%s\n' "$TEXT" | "$E" tokenize "$T/m")" = "$IDS" ] || fail "the sentence tokenizes otherwise"
@@ -108,3 +112,18 @@ out=$(timeout 60 "$E" run hf://demo/broken --home "$H" --prompt "$PROMPT" --max-
     || { cat "$T/hfb.err"; fail "run hf://demo/broken"; }
 [ "$out" != "$TEXT" ] || fail "the broken copy (scale bytes + 1) gave the sentence through shoald"
 echo "ok   through shoald from hubmock: the sentence cold, from the cached spine pack, f32 and warm; the scale-plus copy does not give it"
+
+# ---- make demo's script ------------------------------------------------------------
+BIN=$BIN TMPDIR=$T timeout 120 "$ROOT/scripts/demo.sh" > "$T/demo.out" 2>&1 \
+    || { cat "$T/demo.out"; fail "scripts/demo.sh failed"; }
+plain=$(sed 's/\x1b\[[0-9;]*m//g' "$T/demo.out")
+for c in '$ shoald --detach' '$ shoal warm hf://demo/oracle --spine --wait' \
+         "\$ shoal-engine run hf://demo/oracle --prompt \"$PROMPT\"" '$ shoal stats'; do
+    grep -qxF -- "$c" <<< "$plain" || { echo "$plain"; fail "the demo does not show: $c"; }
+done
+grep -qxF -- "$TEXT" <<< "$plain" || { echo "$plain"; fail "the demo's reply is not the sentence"; }
+grep -q '^The sentence came out right' <<< "$plain" || fail "the demo does not end saying the sentence came out right"
+grep -qi 'shoalc\|job 1 state' <<< "$plain" && fail "the demo still shows shoalc internals"
+grep -q 'stopped shoald' <<< "$plain" && grep -q 'stopped hubmock' <<< "$plain" \
+    || fail "the demo did not stop what it started"
+echo "ok   make demo's script: shoald --detach, shoal warm, shoal-engine run, shoal stats, the sentence, the closing line"
