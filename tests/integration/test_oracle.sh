@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # test_oracle.sh — the oracle preset (docs/mkmodel.md "The oracle"):
-#   the engine prints exactly the promised sentence, locally (int8 and f32
-#   spines, fast and exact experts, chunk 1 and 16, two seeds) and through
+#   the engine prints exactly the promised sentence, locally (int8, int4 and
+#   f32 spines, fast and exact experts, chunk 1 and 16, two seeds) and through
 #   shoald from hubmock (--synth ...=oracle; cold, warm, from the cached
 #   spine pack); the same ids as the float64 reference, which also shows
 #   that engine bugs no file can hold break it; and each broken copy of the
 #   files (oracle_break.py: routers, nibbles, scales, records, expert
 #   spans, biases, AttnRes, lm_head, shared experts) does NOT give the
-#   sentence, locally on both spines and one of them through shoald.
+#   sentence, locally on every spine and one of them through shoald.
 #   Last, `make demo`'s script: the commands a user types, the sentence,
 #   the closing line, no shoalc internals.
 source "$(dirname "$0")/lib.sh"
@@ -56,6 +56,7 @@ say_text() {   # NAME MODEL ARGS...: the reply to the prompt must be the sentenc
 }
 say_text int8 "$T/m"
 say_text f32 "$T/m" --spine f32
+say_text int4 "$T/m" --spine int4
 say_text chunk1 "$T/m" --chunk 1 --threads 1
 say_text seed3 "$T/m3"
 say_text seed3f32 "$T/m3" --spine f32
@@ -64,11 +65,11 @@ ids() {   # MODEL ARGS...: the generated ids for the prompt ids
     timeout 60 "$E" run "$model" --tokens "$(echo "$PIDS" | tr ' ' ,)" --max-tokens 24 "$@"
 }
 WANT="$IDS $EOS $EOS"      # eos continues as eos
-for v in "" "--spine f32" "--experts exact" "--spine f32 --experts fast" "--chunk 3"; do
+for v in "" "--spine f32" "--spine int4" "--experts exact" "--spine f32 --experts fast" "--chunk 3"; do
     got=$(ids "$T/m" $v) || fail "run --tokens $v"
     [ "$got" = "$WANT" ] || fail "run --tokens $v: '$got', want '$WANT'"
 done
-echo "ok   locally: the sentence on the int8 and f32 spines, fast and exact experts, chunks 1/3/16, seeds 0 and 3"
+echo "ok   locally: the sentence on the int8, int4 and f32 spines, fast and exact experts, chunks 1/3/16, seeds 0 and 3"
 
 # ---- the float64 reference, and the bugs only it can hold ----------------------------
 $PY "$ROOT/tests/integration/oracle_refcheck.py" "$T/m" --margins --engine-ids "$(ids "$T/m")" \
@@ -79,7 +80,7 @@ sed 's/^/ok   /' "$T/ref.out"
 n=0
 while IFS=$'\t' read -r fault what; do
     check $PY "$BREAK" "$T/m" "$T/b_$fault" "$fault" "oracle_break.py $fault"
-    for spine in int8 f32; do
+    for spine in int8 int4 f32; do
         out=$(timeout 60 "$E" run "$T/b_$fault" --prompt "$PROMPT" --spine $spine --max-tokens 30 \
               2> "$T/b_$fault.err") || { cat "$T/b_$fault.err"; fail "$fault: the run failed"; }
         [ "$out" != "$TEXT" ] || fail "$fault ($what): the sentence still came out on the $spine spine"
@@ -102,16 +103,17 @@ cmp -s "$T/hub_$S" "$T/m/$S" || fail "hubmock's synthesized $S differs from mkmo
 say_text hf_cold hf://demo/oracle --home "$H"
 got=$(ids hf://demo/oracle --home "$H" --stats 2> "$T/hf_ids.err") || fail "run hf:// --tokens"
 [ "$got" = "$WANT" ] || fail "through shoald: '$got', want '$WANT'"
-grep -q 'spine mapped from the cached int8 pack' "$T/hf_ids.err" \
+grep -q 'spine int8 from the cached pack' "$T/hf_ids.err" \
     || { cat "$T/hf_ids.err"; fail "the second run did not map the cached spine pack"; }
 say_text hf_pack hf://demo/oracle --home "$H"
 say_text hf_f32 hf://demo/oracle --home "$H" --spine f32
+say_text hf_int4 hf://demo/oracle --home "$H" --spine int4
 "$BIN/shoal" --home "$H" warm hf://demo/oracle --wait > "$T/warm.out" 2>&1 || { cat "$T/warm.out"; fail "warm"; }
 say_text hf_warm hf://demo/oracle --home "$H"
 out=$(timeout 60 "$E" run hf://demo/broken --home "$H" --prompt "$PROMPT" --max-tokens 30 2> "$T/hfb.err") \
     || { cat "$T/hfb.err"; fail "run hf://demo/broken"; }
 [ "$out" != "$TEXT" ] || fail "the broken copy (scale bytes + 1) gave the sentence through shoald"
-echo "ok   through shoald from hubmock: the sentence cold, from the cached spine pack, f32 and warm; the scale-plus copy does not give it"
+echo "ok   through shoald from hubmock: the sentence cold, from the cached spine pack, f32, int4 and warm; the scale-plus copy does not give it"
 
 # ---- make demo's script ------------------------------------------------------------
 BIN=$BIN TMPDIR=$T timeout 120 "$ROOT/scripts/demo.sh" > "$T/demo.out" 2>&1 \
