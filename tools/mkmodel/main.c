@@ -23,7 +23,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: mkmodel --out DIR [--preset tiny|slice|k3] [--seed N] [--layers N]\n"
+        "usage: mkmodel --out DIR [--preset tiny|slice|k3|oracle] [--seed N] [--layers N]\n"
         "               [--experts N] [--headers-only] [--force] [--quiet]\n"
         "       mkmodel --stdout FILE [model flags]     one file of the model on stdout\n"
         "       mkmodel --print-etags [--jobs N] [model flags]   its digest table\n"
@@ -34,9 +34,14 @@ static void usage(FILE *f)
         "\n"
         "  --out DIR      output directory (created; must be empty unless --force)\n"
         "  --preset P     tiny (k3.md section 6, default), slice (K3 expert sizes:\n"
-        "                 17,547,264-byte experts, 4 layers x 32 experts, ~2.6 GB) or\n"
+        "                 17,547,264-byte experts, 4 layers x 32 experts, ~2.6 GB),\n"
         "                 k3 (the full checkpoint: 93 layers x 896 experts, 96 shards,\n"
-        "                 ~1.56 TB; use --headers-only, --layers, --experts)\n"
+        "                 ~1.56 TB; use --headers-only, --layers, --experts) or\n"
+        "                 oracle (tiny's files, constructed weights: its greedy\n"
+        "                 continuation of \"" SYNTH_ORACLE_PROMPT "\" is\n"
+        "                 \"" SYNTH_ORACLE_TEXT "\"\n"
+        "                 only if the engine gets every part right; config.json\n"
+        "                 \"oracle\" holds both; the seed moves only the filler)\n"
         "  --seed N       weight seed, 0..2^63-1 (default 0 = the k3.md section 6 values)\n"
         "  --layers N     number of layers (1..%d); MLA on every 4th 1-based layer\n"
         "                 and on the last two, as K3\n"
@@ -147,7 +152,7 @@ static int opts_parse(int argc, char **argv, opts *o)
             i++;
         } else if (!strcmp(a, "--preset") && v) {
             if (synth_preset_parse(v, &o->preset)) {
-                fprintf(stderr, "mkmodel: unknown preset '%s' (tiny, slice or k3)\n", v);
+                fprintf(stderr, "mkmodel: unknown preset '%s' (tiny, slice, k3 or oracle)\n", v);
                 return -1;
             }
             i++;
@@ -215,8 +220,11 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     synth_config_init(&cfg, o.preset);
     cfg.seed = o.seed;
-    if ((rc = synth_config_finish(&cfg, (int)o.layers, (int)o.experts, &err)) ||
-        (rc = synth_model_new(&cfg, &model, &err)))
+    if ((rc = synth_config_finish(&cfg, (int)o.layers, (int)o.experts, &err))) {
+        fprintf(stderr, "mkmodel: %s\n", err.msg);   /* a flag the preset refuses */
+        return 2;
+    }
+    if ((rc = synth_model_new(&cfg, &model, &err)))
         goto fail;
     if (o.print_etags) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);

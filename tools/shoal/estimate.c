@@ -35,7 +35,7 @@ typedef struct model_shape {
 
 /* ---- measurements ---------------------------------------------------------------- */
 
-static int measure_disk(const char *dir, uint64_t bytes, double *rate, int *tmpfs, shoal_err *err)
+int cli_measure_disk(const char *dir, uint64_t bytes, double *rate, int *tmpfs, shoal_err *err)
 {
     char path[SHOAL_PATH_MAX];
     size_t chunk = 4u << 20;
@@ -267,7 +267,7 @@ int cmd_estimate(shoal_cli *cli, int argc, char **argv)
     }
     /* The cache's own disk is the one that matters. */
     const char *dir = stat(cli->home, &st) == 0 ? cli->home : "/var/tmp";
-    if ((rc = measure_disk(dir, disk_bytes, &disk, &tmpfs, &err)) != 0)
+    if ((rc = cli_measure_disk(dir, disk_bytes, &disk, &tmpfs, &err)) != 0)
         return cli_fail(rc, &err);
     mem = measure_memory(mem_bytes);
 

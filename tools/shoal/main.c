@@ -28,6 +28,7 @@ static const command commands[] = {
     { "rm",       cmd_rm,       "remove a model from the cache" },
     { "heatmap",  cmd_heatmap,  "layer x expert request counts as SVG or ASCII" },
     { "estimate", cmd_estimate, "expected seconds per token: streaming, disk, RAM" },
+    { "doctor",   cmd_doctor,   "check the machine, shoald, the upstream and the engine's output" },
 };
 
 static void usage(FILE *f)
@@ -45,6 +46,7 @@ static void usage(FILE *f)
                "`shoal COMMAND --help` describes a command.  Exit codes: 0 ok, 1 failed,\n"
                "2 usage, 3 shoald not running (needed), 4 model or cache not found,\n"
                "5 verify found damage, 6 shoald runs and must be stopped first,\n"
+               "(doctor: 1 when a check failed),\n"
                "130 interrupted (a warm job keeps going).\n");
 }
 
@@ -95,6 +97,9 @@ int main(int argc, char **argv)
     shoal_log_setup("shoal", cli.verbose >= 2 ? SHOAL_LOG_DEBUG
                              : cli.verbose ? SHOAL_LOG_INFO : SHOAL_LOG_WARN, NULL);
     shoal_env_capture(&env);
+    cli.hf_endpoint = getenv("HF_ENDPOINT");
+    cli.hf_offline = getenv("HF_HUB_OFFLINE");
+    cli.tmpdir = getenv("TMPDIR");
     if (shoal_home_resolve(&env, home_flag, cli.home, sizeof cli.home, &err) != 0) {
         fprintf(stderr, "shoal: %s (pass --home DIR or set SHOAL_HOME)\n", err.msg);
         return EXIT_USAGE;

@@ -11,7 +11,8 @@
  *   verify.c    shoal verify
  *   gc.c        shoal gc, pin, unpin, rm
  *   heatmap.c   shoal heatmap (SVG and --ascii)
- *   estimate.c  shoal estimate
+ *   estimate.c  shoal estimate (and the disk measurement doctor shares)
+ *   doctor.c    shoal doctor
  *
  * Everything that writes goes through shoald when it runs; when it does
  * not, a command that writes opens the cache as its one writer (the lock
@@ -48,6 +49,10 @@ typedef struct shoal_cli {
     const char *socket_path;   /* --socket, or NULL: home/shoald.sock */
     int  tty;                  /* stdout is a terminal */
     int  verbose;
+    /* the environment doctor reads (main.c captures it; NULL when unset) */
+    const char *hf_endpoint;   /* $HF_ENDPOINT */
+    const char *hf_offline;    /* $HF_HUB_OFFLINE */
+    const char *tmpdir;        /* $TMPDIR */
 } shoal_cli;
 
 /* ---- conn.c ---- */
@@ -121,6 +126,13 @@ int cmd_unpin(shoal_cli *cli, int argc, char **argv);
 int cmd_rm(shoal_cli *cli, int argc, char **argv);
 int cmd_heatmap(shoal_cli *cli, int argc, char **argv);
 int cmd_estimate(shoal_cli *cli, int argc, char **argv);
+int cmd_doctor(shoal_cli *cli, int argc, char **argv);
+
+/* ---- estimate.c, shared with doctor.c ---- */
+/* Cold read rate of dir's disk: a temporary file of `bytes` written,
+ * fsynced, dropped from the page cache (POSIX_FADV_DONTNEED), read back;
+ * *tmpfs set when dir is on tmpfs.  The file is unlinked at once. */
+int cli_measure_disk(const char *dir, uint64_t bytes, double *rate, int *tmpfs, shoal_err *err);
 
 /* 1 if argv has -h/--help (then the command prints its help). */
 int cli_wants_help(int argc, char **argv);
