@@ -154,13 +154,14 @@ static void print_bufs(out_ctx *oc)
     shoal_buf_reset(&oc->c);
 }
 
-static int on_token(void *ctx, uint32_t id, int is_eos)
+static int on_token(void *ctx, const gen_token *t)
 {
     out_ctx *oc = ctx;
+    uint32_t id = t->id;
     shoal_err err;
     int rc = 0;
 
-    if (is_eos)
+    if (t->is_eos)
         return 0;
     if (oc->parser)
         rc = chat_parser_push(oc->parser, id, &oc->r, &oc->c, &err);
@@ -241,8 +242,8 @@ int engine_cmd_prompt(int argc, char **argv)
         rc = shoal_err_set(&err, SHOAL_ENOMEM, "out of memory");
     if (rc == 0) {
         gen_params_default(&gp);
-        gp.temperature = o.temperature;
-        gp.top_p = o.top_p;
+        gp.s.temperature = o.temperature;
+        gp.s.top_p = o.top_p;
         gp.seed = (uint64_t)o.seed;
         gp.has_seed = o.has_seed;
         gp.max_tokens = (size_t)o.max_tokens;

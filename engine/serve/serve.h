@@ -5,7 +5,7 @@
  * (engine/cli/) uses it.
  *
  * Three parts, each with its own contract below:
- *   1. generation   generate.c, generate_session.c
+ *   1. generation   generate.c, sample.c, generate_session.c
  *   2. the OpenAI API's data   openai_parse.c, openai_reply.c
  *   3. the HTTP server         server.c, server_worker.c
  */
@@ -27,8 +27,9 @@
  * sequences on text; conversation-state reuse.
  *
  * Owns: the generator (the saved conversation states and their token ids),
- * sampling (greedy, temperature, top-p, a seeded PRNG), cancellation, the
- * stop-sequence matcher.  Does not own the forward pass: it drives a
+ * sampling (sample.c: greedy, temperature, top-k, top-p, min-p, penalties,
+ * log-probabilities, a seeded PRNG), cancellation, the stop-sequence
+ * matcher.  Does not own the forward pass: it drives a
  * backend (gen_backend_ops), normally an engine_session (generate_session.c),
  * and in tests a toy model.  Does not own chat rendering nor detokenizing
  * (engine/text/text.h).
@@ -45,11 +46,25 @@
  * that a conversation normally extends.  States cannot be rewound (KDA is
  * recurrent), so a prompt that diverges inside a saved state starts over.
  *
- * Sampling.  temperature 0: argmax (lowest id on ties).  Otherwise softmax
- * of logits/temperature restricted to the smallest set of most likely ids
- * whose mass reaches top_p, then one draw.  The PRNG is xoshiro256**
- * seeded by four splitmix64 outputs from `seed`; a draw is
- * (next() >> 11) * 2^-53.  The same seed, prompt and backend give the same
+ * Sampling, in this order, on a copy of the model's logits for the next
+ * position (docs/server.md, "Sampling"):
+ *   1. min_tokens: the end ids (eos and stop ids) get -inf until
+ *      min_tokens ids were generated;
+ *   2. repetition penalty r (HF/vLLM): a logit l of an id that occurs in
+ *      the prompt or the output becomes l / r when l > 0, l * r otherwise;
+ *   3. frequency and presence penalties (OpenAI): l -= frequency * c +
+ *      presence * (c > 0), c the id's count in the output so far;
+ *   4. logprobs are the log-softmax of these logits (after 1-3, before
+ *      temperature and truncation: defined for greedy decoding too, and the
+ *      model's own distribution when no penalty is set);
+ *   5. temperature 0: argmax (lowest id on ties).  Otherwise weights
+ *      exp((l - max) / temperature), then top_k (the k heaviest), top_p (the
+ *      smallest prefix whose mass reaches top_p; 0 keeps one id), min_p
+ *      (ids whose weight is at least min_p times the heaviest), each on the
+ *      renormalised result of the step before, then one draw.
+ * The PRNG is xoshiro256** seeded by four splitmix64 outputs from `seed`;
+ * a draw is (next() >> 11) * 2^-53, one per sampled token (none when
+ * greedy).  The same seed, prompt, parameters and backend give the same
  * tokens.
  *
  * Thread safety: a generator is used by one thread at a time; `cancel` may
@@ -86,14 +101,35 @@ typedef struct generator generator;
 int generator_new(const gen_backend *b, generator **out, shoal_err *err);
 void generator_free(generator *g);
 
-typedef struct gen_params {
+/* Truncation and temperature (steps 5 above). */
+typedef struct gen_sampling {
     double   temperature;      /* 0: greedy */
-    double   top_p;            /* (0, 1]; 1: off */
+    uint32_t top_k;            /* 0: off */
+    double   top_p;            /* [0, 1]; 1: off */
+    double   min_p;            /* [0, 1]; 0: off */
+} gen_sampling;
+
+/* Steps 2 and 3 above. */
+typedef struct gen_penalties {
+    double repetition;         /* > 0; 1: off */
+    double presence;           /* 0: off */
+    double frequency;          /* 0: off */
+} gen_penalties;
+
+#define GEN_TOP_LOGPROBS_MAX 20    /* OpenAI's limit on top_logprobs */
+
+typedef struct gen_params {
+    gen_sampling  s;
+    gen_penalties pen;
     uint64_t seed;
     int      has_seed;         /* 0: seed from the clock */
     size_t   max_tokens;       /* 0: until eos or the context is full */
-    const uint32_t *eos;       /* ids that end the reply (passed to the callback) */
+    size_t   min_tokens;       /* the end ids are masked until this many were generated */
+    const uint32_t *eos;       /* ids that end the reply: the eos and any stop ids
+                                  (passed to the callback, which adds no text) */
     size_t   n_eos;
+    int      logprobs;         /* 1: each token's log-probability to the callback */
+    int      top_logprobs;     /* with logprobs: that many alternatives, 0..20 */
     size_t   prefill_step;     /* prompt ids per backend call (cancellation
                                   granularity); 0: 64 */
     atomic_int *cancel;        /* may be NULL; non-zero stops at the next step */
@@ -120,10 +156,24 @@ typedef struct gen_result {
                                       rest: sampling and the callbacks) */
 } gen_result;
 
-/* Called with each sampled id (is_eos: it is one of params.eos, the last
- * call).  Return 0 to go on, 1 to stop here (finish "stop"), or a negative
- * code to fail the run with it. */
-typedef int (*gen_token_fn)(void *ctx, uint32_t id, int is_eos);
+/* An id and its log-probability (step 4 above). */
+typedef struct gen_alt {
+    uint32_t id;
+    float    logprob;
+} gen_alt;
+
+/* What the callback gets for each sampled id; pointers live for the call. */
+typedef struct gen_token {
+    uint32_t id;
+    int      is_eos;           /* one of params.eos: the last call */
+    float    logprob;          /* with params.logprobs, else 0 */
+    const gen_alt *top;        /* params.top_logprobs alternatives, most likely first */
+    size_t   n_top;
+} gen_token;
+
+/* Called with each sampled id.  Return 0 to go on, 1 to stop here (finish
+ * "stop"), or a negative code to fail the run with it. */
+typedef int (*gen_token_fn)(void *ctx, const gen_token *t);
 
 /* Run prompt[0..n) (n >= 1) and generate.  res is filled on success and on
  * failure as far as it got.  0, or SHOAL_EINVAL (empty prompt),
@@ -152,10 +202,23 @@ void gen_rng_seed(gen_rng *r, uint64_t seed);
 uint64_t gen_rng_next(gen_rng *r);
 double gen_rng_double(gen_rng *r);       /* [0, 1) */
 
-/* Pick an id from logits[0..n) as described above; scratch needs n
- * entries.  Greedy when temperature <= 0. */
-uint32_t gen_sample(const float *logits, uint32_t n, double temperature, double top_p,
-                    gen_rng *r, uint32_t *scratch);
+/* Pick an id from logits[0..n) as step 5 above describes; scratch needs n
+ * entries.  Greedy when s->temperature <= 0 (no draw). */
+uint32_t gen_sample(const float *logits, uint32_t n, const gen_sampling *s, gen_rng *r,
+                    uint32_t *scratch);
+
+/* Steps 2-3 on logits[0..n_vocab) in place: hist[0..n) are the ids so far,
+ * of which the last n_out were generated.  work: n_vocab zeroed entries,
+ * left zeroed.  Ids of hist must be < n_vocab. */
+void gen_penalize(float *logits, uint32_t n_vocab, const uint32_t *hist, size_t n, size_t n_out,
+                  const gen_penalties *p, uint32_t *work);
+
+/* Step 4: the log-sum-exp of logits[0..n) (-inf entries weigh nothing), and
+ * the k (<= GEN_TOP_LOGPROBS_MAX) most likely ids with their
+ * log-probabilities into top (ties: the lower id first).  Returns the
+ * log-sum-exp; logprob(id) = logits[id] - it. */
+double gen_logsumexp(const float *logits, uint32_t n);
+size_t gen_top_logprobs(const float *logits, uint32_t n, double lse, size_t k, gen_alt *top);
 
 /* ---- stop sequences ------------------------------------------------------------ */
 

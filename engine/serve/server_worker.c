@@ -90,13 +90,14 @@ static int answer_text(wctx *w)
     return rc;
 }
 
-static int on_token(void *ctx, uint32_t id, int is_eos)
+static int on_token(void *ctx, const gen_token *t)
 {
     wctx *w = ctx;
+    uint32_t id = t->id;
     shoal_err err;
     int rc;
 
-    if (is_eos)
+    if (t->is_eos)
         return 0;
     if (w->chat) {
         rc = chat_parser_push(w->parser, id, &w->rd, &w->cd, &err);
@@ -282,8 +283,8 @@ static int run_job(server *srv, job *j)
         flush_chunk(&w, 1);
     }
     gen_params_default(&gp);
-    gp.temperature = j->r.temperature;
-    gp.top_p = j->r.top_p;
+    gp.s.temperature = j->r.temperature;
+    gp.s.top_p = j->r.top_p;
     gp.seed = j->r.seed;
     gp.has_seed = j->r.has_seed;
     gp.max_tokens = j->r.max_tokens;
