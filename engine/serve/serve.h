@@ -299,6 +299,7 @@ void gen_model_close(gen_model *gm);
  */
 
 #define OPENAI_MAX_STOP 4
+#define OPENAI_MAX_STOP_IDS 32
 #define OPENAI_EFFORT_MAX 16
 
 typedef enum openai_kind { OPENAI_CHAT = 0, OPENAI_COMPLETION = 1 } openai_kind;
@@ -329,12 +330,22 @@ typedef struct openai_request {
     size_t      n_prompt_ids;
     /* sampling and limits */
     size_t      max_tokens;        /* 0: not given */
+    size_t      min_tokens;        /* 0: not given; <= max_tokens when both are */
     double      temperature;       /* default 0 (greedy) */
     double      top_p;             /* default 1 */
+    uint32_t    top_k;             /* 0: off (the API's -1 too) */
+    double      min_p;             /* default 0 */
+    double      repetition_penalty;    /* default 1 */
+    double      presence_penalty, frequency_penalty;   /* default 0 */
     uint64_t    seed;
     int         has_seed;
     char       *stop[OPENAI_MAX_STOP];
     size_t      n_stop;
+    uint32_t    stop_ids[OPENAI_MAX_STOP_IDS];   /* stop_token_ids (range-checked later) */
+    size_t      n_stop_ids;
+    int         logprobs;          /* 1: log-probabilities in the reply */
+    int         top_logprobs;      /* alternatives per token, 0..20 (chat: top_logprobs;
+                                      completions: the value of logprobs) */
     int         stream;
     int         ignore_eos;     /* vLLM's extension: generation does not end at the eos */
     int         include_usage;     /* stream_options.include_usage */
@@ -366,6 +377,31 @@ void openai_request_free(openai_request *r);
 
 /* ---- replies -------------------------------------------------------------------- */
 
+/* One generated token's log-probability and its alternatives, for a
+ * reply's "logprobs" (docs/server.md).  bytes are borrowed (from the
+ * tokenizer) and must live until the reply is built. */
+typedef struct openai_lp_alt {
+    const uint8_t *bytes;
+    size_t         n;
+    float          logprob;        /* -inf is sent as -9999.0, as OpenAI does */
+} openai_lp_alt;
+
+typedef struct openai_lp_token {
+    openai_lp_alt tok;
+    size_t        text_offset;     /* completions: where its text starts in the text */
+    size_t        n_top;
+    openai_lp_alt top[GEN_TOP_LOGPROBS_MAX];
+} openai_lp_token;
+
+/* A growable list of them; start zeroed, openai_lp_list_free. */
+typedef struct openai_lp_list {
+    openai_lp_token *v;
+    size_t n, cap;
+} openai_lp_list;
+
+int openai_lp_push(openai_lp_list *l, const openai_lp_token *t);   /* 0 or SHOAL_ENOMEM */
+void openai_lp_list_free(openai_lp_list *l);
+
 /* What a reply needs besides the text. */
 typedef struct openai_reply_info {
     const char *id;                /* "chatcmpl-..." / "cmpl-..." */
@@ -373,6 +409,11 @@ typedef struct openai_reply_info {
     int64_t     created;           /* Unix seconds */
     size_t      prompt_tokens, completion_tokens, cached_tokens;
     const char *finish_reason;     /* "stop", "length" or NULL (not finished) */
+    /* log-probabilities of the tokens the reply or chunk covers; NULL:
+     * not asked for ("logprobs": null).  Chat: lp those of the answer
+     * ("content"), lp_reasoning those of the reasoning (sent as
+     * "reasoning_content" beside it, when not NULL); completions: lp. */
+    const openai_lp_list *lp, *lp_reasoning;
 } openai_reply_info;
 
 /* Whole responses: chat.completion (reasoning may be NULL: no

@@ -30,6 +30,9 @@ typedef struct wctx {
     int matched;                /* a stop sequence ended the text */
     shoal_buf reasoning, content;   /* whole replies: everything; streams: this step's */
     shoal_buf rd, cd;           /* this token's text before the stop filter */
+    openai_lp_list lp_c, lp_r;  /* log-probabilities (answer / completion, reasoning):
+                                   whole replies: all; streams: since the last chunk */
+    size_t text_len;            /* completion text decoded so far (text_offset) */
     openai_reply_info ri;
     int failed;                 /* posting failed: give up quietly */
 } wctx;
@@ -43,6 +46,18 @@ static void wctx_free(wctx *w)
     shoal_buf_free(&w->content);
     shoal_buf_free(&w->rd);
     shoal_buf_free(&w->cd);
+    openai_lp_list_free(&w->lp_c);
+    openai_lp_list_free(&w->lp_r);
+}
+
+/* Point the reply info at the log-probability lists, when asked for (a
+ * chunk that carries none has "logprobs": null, as OpenAI's first and last
+ * chunks do). */
+static void lp_attach(wctx *w, int whole)
+{
+    int on = w->j->r.logprobs && (whole || w->lp_c.n + w->lp_r.n > 0);
+    w->ri.lp = on ? &w->lp_c : NULL;
+    w->ri.lp_reasoning = on && w->chat && w->j->r.thinking ? &w->lp_r : NULL;
 }
 
 /* A buffer's text, "" when nothing was ever appended. */
@@ -57,9 +72,11 @@ static int flush_chunk(wctx *w, int first)
     shoal_buf b;
     int rc;
 
-    if (!w->j->r.stream || (!first && w->reasoning.len == 0 && w->content.len == 0))
+    if (!w->j->r.stream ||
+        (!first && w->reasoning.len == 0 && w->content.len == 0 && w->lp_c.n == 0 && w->lp_r.n == 0))
         return 0;
     shoal_buf_init(&b, 0);
+    lp_attach(w, 0);
     if (w->chat)
         rc = openai_chat_chunk(&w->ri, first, first || w->content.len ? text_of(&w->content) : NULL,
                                w->content.len, w->reasoning.len ? text_of(&w->reasoning) : NULL,
@@ -72,6 +89,8 @@ static int flush_chunk(wctx *w, int first)
     shoal_buf_free(&b);
     shoal_buf_reset(&w->reasoning);
     shoal_buf_reset(&w->content);
+    w->lp_c.n = w->lp_r.n = 0;
+    w->ri.lp = w->ri.lp_reasoning = NULL;
     return rc;
 }
 
@@ -90,6 +109,32 @@ static int answer_text(wctx *w)
     return rc;
 }
 
+/* One token's log-probability entry, into the list of the channel it was
+ * generated in (chat: the specials that frame the channels are no text of
+ * either, and go nowhere). */
+static int lp_record(wctx *w, const gen_token *t, chat_channel ch)
+{
+    const tokenizer *tok = w->srv->m.tok;
+    openai_lp_token e = { .tok.logprob = t->logprob, .text_offset = w->text_len };
+    openai_lp_list *l = &w->lp_c;
+
+    if (w->chat) {
+        if (tokenizer_is_special(tok, t->id) || ch == CHAT_CH_OTHER)
+            return 0;
+        if (ch == CHAT_CH_THINK)
+            l = &w->lp_r;
+    }
+    if (tokenizer_token_bytes(tok, t->id, &e.tok.bytes, &e.tok.n) != 0)
+        return 0;
+    for (size_t i = 0; i < t->n_top; i++) {
+        openai_lp_alt *a = &e.top[e.n_top];
+        a->logprob = t->top[i].logprob;
+        if (tokenizer_token_bytes(tok, t->top[i].id, &a->bytes, &a->n) == 0)
+            e.n_top++;
+    }
+    return openai_lp_push(l, &e);
+}
+
 static int on_token(void *ctx, const gen_token *t)
 {
     wctx *w = ctx;
@@ -99,6 +144,9 @@ static int on_token(void *ctx, const gen_token *t)
 
     if (t->is_eos)
         return 0;
+    if (w->j->r.logprobs &&
+        lp_record(w, t, w->chat ? chat_parser_channel(w->parser) : CHAT_CH_RESPONSE) != 0)
+        return SHOAL_ENOMEM;
     if (w->chat) {
         rc = chat_parser_push(w->parser, id, &w->rd, &w->cd, &err);
         if (rc < 0)
@@ -111,6 +159,7 @@ static int on_token(void *ctx, const gen_token *t)
         rc = tokenizer_stream_push(w->ts, id, &w->cd, &err);
         if (rc < 0)
             return rc;
+        w->text_len += w->cd.len;
     }
     if ((rc = answer_text(w)) != 0)
         return rc;
@@ -213,6 +262,7 @@ static void post_whole(wctx *w)
     if (w->j->r.thinking)
         rs = text_of(&w->reasoning);
     shoal_buf_init(&b, 0);
+    lp_attach(w, 1);
     if (w->chat)
         rc = openai_chat_json(&w->ri, text_of(&w->content), w->content.len, rs, w->reasoning.len, &b);
     else
@@ -253,8 +303,22 @@ static int run_job(server *srv, job *j)
     gen_params gp;
     gen_result res;
     shoal_err err;
+    uint32_t end_ids[1 + OPENAI_MAX_STOP_IDS];
+    size_t n_end = 0;
     int rc, outcome = 0;
 
+    if (!j->r.ignore_eos)       /* ignore_eos: run to max_tokens (stop ids still end it) */
+        end_ids[n_end++] = srv->m.eos;
+    for (size_t i = 0; i < j->r.n_stop_ids; i++) {
+        if (j->r.stop_ids[i] >= srv->m.n_vocab) {
+            openai_error_set(&e, 400, "invalid_request_error", "stop_token_ids", NULL,
+                             "token id %u is outside the vocabulary (%u ids)", j->r.stop_ids[i],
+                             srv->m.n_vocab);
+            server_post_error(srv, j, &e);
+            return -1;
+        }
+        end_ids[n_end++] = j->r.stop_ids[i];
+    }
     if (prompt_ids(srv, &j->r, &ids, &e) != 0) {
         tokenizer_ids_free(&ids);
         server_post_error(srv, j, &e);
@@ -283,13 +347,19 @@ static int run_job(server *srv, job *j)
         flush_chunk(&w, 1);
     }
     gen_params_default(&gp);
-    gp.s.temperature = j->r.temperature;
-    gp.s.top_p = j->r.top_p;
+    gp.s = (gen_sampling){ .temperature = j->r.temperature, .top_k = j->r.top_k,
+                           .top_p = j->r.top_p, .min_p = j->r.min_p };
+    gp.pen = (gen_penalties){ .repetition = j->r.repetition_penalty,
+                              .presence = j->r.presence_penalty,
+                              .frequency = j->r.frequency_penalty };
     gp.seed = j->r.seed;
     gp.has_seed = j->r.has_seed;
     gp.max_tokens = j->r.max_tokens;
-    gp.eos = &srv->m.eos;
-    gp.n_eos = j->r.ignore_eos ? 0 : 1;     /* ignore_eos: run to max_tokens */
+    gp.min_tokens = j->r.min_tokens;
+    gp.eos = end_ids;
+    gp.n_eos = n_end;
+    gp.logprobs = j->r.logprobs;
+    gp.top_logprobs = j->r.top_logprobs;
     gp.prefill_step = srv->cfg.prefill_step;
     gp.cancel = &j->cancel;
     rc = generator_run(srv->m.gen, ids.v, ids.n, &gp, on_token, &w, &res, &err);
