@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <xxhash.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -46,6 +47,10 @@ struct engine_remote {
     spine_pack *pack;          /* the cached pack, parsed, when used */
     shoal_view pack_view;      /* its mapping */
     engine_remote_spine spine;
+    /* to reconnect (engine_remote_reconnect): what to OPEN again and how
+     * to reach the daemon; the expert source follows `link` */
+    char *spec, *home, *socket_path;
+    expert_source_shoald_link link;
 };
 
 /* The spine mappings, released after the model. */
@@ -361,6 +366,11 @@ int engine_remote_open(const char *spec, const engine_remote_options *ro,
     r->spine_cache = !(ro && ro->spine_cache_off);
     co.home = ro ? ro->home : NULL;
     co.socket_path = ro ? ro->socket_path : NULL;
+    if (!(r->spec = strdup(spec)) || (co.home && !(r->home = strdup(co.home))) ||
+        (co.socket_path && !(r->socket_path = strdup(co.socket_path)))) {
+        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+        goto fail;
+    }
     co.name = "shoal-engine";
     co.call_timeout_ms = r->timeout_ms;
     if ((rc = shoal_client_connect(&co, &r->client, err)) != 0)
@@ -401,7 +411,8 @@ int engine_remote_open(const char *spec, const engine_remote_options *ro,
              (double)so.ram_bytes / 1048576.0,
              so.page_cache == EXPERT_PC_KEEP ? "keep"
              : so.page_cache == EXPERT_PC_DONTNEED ? "dontneed" : "direct");
-    r->src = expert_source_shoald_new(r->client, r->info.handle, &so);
+    r->link = (expert_source_shoald_link){ .client = r->client, .handle = r->info.handle };
+    r->src = expert_source_shoald_new_link(&r->link, &so);
     if (!r->src) {
         rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
         goto fail;
@@ -467,6 +478,55 @@ int engine_remote_write_files(engine_remote *r, const char *const *names, size_t
     return rc;
 }
 
+int engine_remote_ping(engine_remote *r, shoal_err *err)
+{
+    char json[96];
+    snprintf(json, sizeof json, "{\"tier\":\"ram\",\"hits\":0,\"misses\":0,\"bytes\":0,"
+             "\"handle\":%u}", r->info.handle);
+    return shoal_client_report(r->client, json, err);
+}
+
+int engine_remote_reconnect(engine_remote *r, shoal_err *err)
+{
+    shoal_client_opts co = { .home = r->home, .socket_path = r->socket_path,
+                             .name = "shoal-engine", .call_timeout_ms = r->timeout_ms };
+    shoal_client *c = NULL;
+    shoal_model_info info = { .manifest_fd = -1 };
+    char pinned[SHOAL_PATH_MAX];
+    size_t base = strcspn(r->spec + 5, "@") + 5;   /* hf://org/name, without @rev */
+    int rc;
+
+    /* the same commit, whatever the revision now points at */
+    if (snprintf(pinned, sizeof pinned, "%.*s@%s", (int)base, r->spec, r->info.commit) >=
+        (int)sizeof pinned)
+        return shoal_err_set(err, SHOAL_ETOOBIG, "%s: model name too long", r->spec);
+    if ((rc = shoal_client_connect(&co, &c, err)) != 0)
+        return rc;
+    if ((rc = shoal_client_open(c, pinned, &info, err)) != 0) {
+        shoal_err_wrap(err, rc, "shoald could not open %s again", pinned);
+    } else if (strcmp(info.commit, r->info.commit) != 0 || info.layers != r->info.layers ||
+               info.experts_per_layer != r->info.experts_per_layer ||
+               info.expert_bytes != r->info.expert_bytes) {
+        rc = shoal_err_set(err, SHOAL_EPROTO, "%s: shoald now serves another model (commit %s)",
+                           r->spec, info.commit);
+    }
+    if (info.manifest_fd >= 0)
+        close(info.manifest_fd);   /* the manifest is the one we hold */
+    if (rc != 0) {
+        shoal_client_close(c);
+        return rc;
+    }
+    shoal_client_close(r->client);  /* dead: its session went with the old daemon */
+    r->client = c;
+    r->info.handle = info.handle;
+    r->link.client = c;
+    r->link.handle = info.handle;
+    r->link.epoch++;
+    LOG_INFO("remote", "%s: reconnected to shoald (commit %s, handle %u)", r->spec,
+             r->info.commit, info.handle);
+    return 0;
+}
+
 void engine_remote_free(engine_remote *r)
 {
     if (!r)
@@ -481,5 +541,8 @@ void engine_remote_free(engine_remote *r)
     if (r->client && r->opened)
         shoal_client_release(r->client, r->info.handle, NULL);
     shoal_client_close(r->client);
+    free(r->spec);
+    free(r->home);
+    free(r->socket_path);
     free(r);
 }
