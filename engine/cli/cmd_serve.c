@@ -1,16 +1,19 @@
 /* cmd_serve.c — `shoal-engine serve MODEL`: the OpenAI-compatible HTTP
- * server over a local model directory (docs/server.md).
+ * server over a local model directory or an hf:// model (docs/server.md).
  *
- * Owns: option parsing, binding the model, the "listening on" line, signal
- * dispositions of the process.  Does not own the server (server.c) nor
- * generation.
+ * Owns: option parsing, the API key's sources (--api-key-file,
+ * SHOAL_API_KEY, --api-key), the model id, the "listening on" line, signal
+ * dispositions of the process.  Does not own the server (server.c, which
+ * also binds the model once its port is open) nor generation.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/err.h"
@@ -33,17 +36,106 @@ static void usage(FILE *f)
           "  --home DIR          shoald's cache directory for an hf:// MODEL\n"
           "                      (default $SHOAL_HOME, else the XDG cache)\n"
           "  --port P            port (default 8000; 0 picks a free one)\n"
-          "  --api-key KEY       require 'Authorization: Bearer KEY' on /v1/*\n"
+          "  --api-key-file FILE require 'Authorization: Bearer KEY' on /v1/* (and\n"
+          "                      /tokenize, /detokenize), KEY the file's first line;\n"
+          "                      $SHOAL_API_KEY does the same\n"
+          "  --api-key KEY       the same from the command line (visible in ps)\n"
           "  --queue N           requests that may wait behind the running one\n"
-          "                      (default 16; beyond: 429 with Retry-After)\n"
+          "                      (default 16; 0: none; beyond: 429 with Retry-After)\n"
           "  --max-body SIZE     largest request body (default 4M; beyond: 413)\n"
-          "  --model-name NAME   the model id clients use (default: MODEL's basename)\n"
+          "  --max-header SIZE   largest request line + headers (default 32K; beyond: 413)\n"
+          "  --request-timeout S a request must arrive within S seconds (default 60; 408)\n"
+          "  --idle-timeout S    close a connection idle for S seconds (default 30)\n"
+          "  --max-connections N open connections at most (default 256)\n"
+          "  --model-name NAME   the model id clients use (default: org/name for\n"
+          "                      hf://org/name, else MODEL's directory name)\n"
           "  --threads N         compute threads (default: online cores)\n"
           "  --chunk N           prefill chunk size (default 16)\n"
           "  --spine int8|f32    spine numerics (default int8)\n"
           "  --log-level L       error|warn|info|debug (default info)\n"
           "\n"
-          "Prints 'listening on http://HOST:PORT' on stdout once ready.\n", f);
+          "The port opens first (GET /health answers 503 \"loading\" meanwhile);\n"
+          "'listening on http://HOST:PORT' goes to stdout once the model is ready.\n", f);
+}
+
+/* The id clients name: org/name for hf://org/name[@rev] and for a snapshot
+ * in the Hugging Face cache layout (.../models--org--name/snapshots/REV),
+ * else the directory's name. */
+static void default_name(const char *model, char *out, size_t cap)
+{
+    char tmp[1024];
+    const char *m;
+    size_t n;
+
+    if (strncmp(model, "hf://", 5) == 0) {
+        snprintf(out, cap, "%.*s", (int)strcspn(model + 5, "@"), model + 5);
+        return;
+    }
+    snprintf(tmp, sizeof tmp, "%s", model);
+    for (n = strlen(tmp); n > 1 && tmp[n - 1] == '/'; n--)
+        tmp[n - 1] = 0;
+    if ((m = strstr(tmp, "models--")) && strstr(m, "/snapshots/")) {
+        const char *org = m + 8, *sep = strstr(org, "--");
+        size_t end = strcspn(org, "/");
+        if (sep && (size_t)(sep - org) < end) {
+            snprintf(out, cap, "%.*s/%.*s", (int)(sep - org), org, (int)(end - (size_t)(sep - org) - 2),
+                     sep + 2);
+            return;
+        }
+    }
+    snprintf(out, cap, "%s", basename(tmp));
+}
+
+/* The key from a file: its first line, without surrounding blanks. */
+static int key_from_file(const char *path, char *out, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    struct stat st;
+    size_t n;
+    char *p = out;
+
+    if (!f) {
+        fprintf(stderr, "serve: --api-key-file %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
+        fprintf(stderr, "serve: warning: %s can be read by other users (chmod 600 it)\n", path);
+    if (!fgets(out, (int)cap, f))
+        out[0] = 0;
+    fclose(f);
+    while (*p && isspace((unsigned char)*p))
+        p++;
+    memmove(out, p, strlen(p) + 1);
+    for (n = strlen(out); n > 0 && isspace((unsigned char)out[n - 1]); n--)
+        out[n - 1] = 0;
+    if (!out[0]) {
+        fprintf(stderr, "serve: --api-key-file %s holds no key\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* One source of the key: --api-key-file, --api-key (warned: ps shows it;
+ * the argument is blanked once copied) or SHOAL_API_KEY. */
+static int api_key(const char *file, char *arg, char *out, size_t cap)
+{
+    const char *env = getenv("SHOAL_API_KEY");    /* the program's edge: lint: allow */
+    out[0] = 0;
+    if (file && arg) {
+        fprintf(stderr, "serve: give the key once: --api-key-file or --api-key\n");
+        return -1;
+    }
+    if (file)
+        return key_from_file(file, out, cap);
+    if (arg) {
+        fprintf(stderr, "serve: warning: --api-key is visible to every user in ps; use "
+                        "--api-key-file or SHOAL_API_KEY\n");
+        snprintf(out, cap, "%s", arg);
+        memset(arg, 'x', strlen(arg));
+    } else if (env) {
+        snprintf(out, cap, "%s", env);
+    }
+    return 0;
 }
 
 static void on_listen(void *ctx, const char *host, int port)
@@ -57,10 +149,10 @@ int engine_cmd_serve(int argc, char **argv)
 {
     server_config cfg;
     gen_model_options mo = { 0 };
-    gen_model gm;
-    server_model sm;
     shoal_err err = { 0 };
-    const char *model = NULL, *home_flag = NULL;
+    const char *model = NULL, *home_flag = NULL, *key_file = NULL;
+    char *key_arg = NULL;
+    static char key[4096];
     char name[256], home[SHOAL_PATH_MAX];
     long v, cores = sysconf(_SC_NPROCESSORS_ONLN);
     shoal_log_level lvl = SHOAL_LOG_INFO;
@@ -92,7 +184,17 @@ int engine_cmd_serve(int argc, char **argv)
         i++;
         if (strcmp(a, "--host") == 0) cfg.host = val;
         else if (strcmp(a, "--home") == 0) home_flag = val;
-        else if (strcmp(a, "--api-key") == 0) cfg.api_key = val;
+        else if (strcmp(a, "--api-key") == 0) key_arg = argv[i];
+        else if (strcmp(a, "--api-key-file") == 0) key_file = val;
+        else if (strcmp(a, "--request-timeout") == 0 && shoal_long_parse(val, 1, 86400, &v) == 0)
+            cfg.request_timeout_s = (int)v;
+        else if (strcmp(a, "--idle-timeout") == 0 && shoal_long_parse(val, 1, 86400, &v) == 0)
+            cfg.idle_timeout_s = (int)v;
+        else if (strcmp(a, "--max-connections") == 0 && shoal_long_parse(val, 1, 1 << 20, &v) == 0)
+            cfg.max_connections = (size_t)v;
+        else if (strcmp(a, "--max-header") == 0 && shoal_size_parse(val, &sz) == 0 && sz >= 1024 &&
+                 sz <= ((uint64_t)64 << 20))
+            cfg.max_header = (size_t)sz;
         else if (strcmp(a, "--model-name") == 0) cfg.model_name = val;
         else if (strcmp(a, "--port") == 0 && shoal_long_parse(val, 0, 65535, &v) == 0) cfg.port = (int)v;
         else if (strcmp(a, "--queue") == 0 && shoal_long_parse(val, 0, 1 << 20, &v) == 0) cfg.queue = (size_t)v;
@@ -112,10 +214,13 @@ int engine_cmd_serve(int argc, char **argv)
         fprintf(stderr, "serve: MODEL is needed (see --help)\n");
         return 2;
     }
-    if (cfg.api_key && !cfg.api_key[0]) {
+    if (api_key(key_file, key_arg, key, sizeof key) != 0)
+        return 2;
+    if (key_arg && !key[0]) {
         fprintf(stderr, "serve: --api-key must not be empty\n");
         return 2;
     }
+    cfg.api_key = key[0] ? key : NULL;
     shoal_log_set_level(lvl);
     if (strncmp(model, "hf://", 5) == 0) {
         shoal_env env;
@@ -128,23 +233,17 @@ int engine_cmd_serve(int argc, char **argv)
         mo.home = home;
     }
     if (!cfg.model_name) {
-        char tmp[256];
-        snprintf(tmp, sizeof tmp, "%s", model);
-        snprintf(name, sizeof name, "%s", basename(tmp));
+        default_name(model, name, sizeof name);
         cfg.model_name = name;
     }
     /* A client that vanishes must not kill the server with SIGPIPE. */
     signal(SIGPIPE, SIG_IGN);
-    if ((rc = gen_model_open(model, &mo, &gm, &err)) != 0) {
-        fprintf(stderr, "serve: %s\n", err.msg);
-        return 1;
-    }
-    sm = (server_model){ .tok = gm.tok, .gen = gm.gen, .n_vocab = gm.backend.n_vocab,
-                         .n_ctx = gm.backend.n_ctx, .eos = gm.eos };
+    cfg.model = model;
+    cfg.model_opt = mo;
     cfg.on_listen = on_listen;
-    rc = server_run(&cfg, &sm, &err);
+    rc = server_run(&cfg, &err);
+    memset(key, 0, sizeof key);
     if (rc != 0)
         fprintf(stderr, "serve: %s\n", err.msg);
-    gen_model_close(&gm);
     return rc == 0 ? 0 : 1;
 }

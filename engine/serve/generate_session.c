@@ -124,6 +124,9 @@ int gen_model_open(const char *dir, const gen_model_options *o, gen_model *out, 
     int rc;
 
     memset(out, 0, sizeof *out);
+    if (o->phase)
+        o->phase(o->phase_ctx, engine_remote_is_spec(dir) ? "opening the model through shoald"
+                                                          : "opening the model");
     if (!(out->pool = kernels_pool_new(o->threads > 0 ? o->threads : 1))) {
         rc = shoal_err_set(err, SHOAL_ENOMEM, "cannot start %d compute threads", o->threads);
         goto fail;
@@ -134,8 +137,11 @@ int gen_model_open(const char *dir, const gen_model_options *o, gen_model *out, 
         mo.spine = ENGINE_SPINE_F32;
     if (engine_remote_is_spec(dir)) {
         engine_remote_options ro = { .home = o->home };
-        if ((rc = engine_remote_open(dir, &ro, &mo, &out->remote, err)) != 0 ||
-            (rc = remote_tokenizer(out, err)) != 0)
+        if ((rc = engine_remote_open(dir, &ro, &mo, &out->remote, err)) != 0)
+            goto fail;
+        if (o->phase)
+            o->phase(o->phase_ctx, "loading the tokenizer");
+        if ((rc = remote_tokenizer(out, err)) != 0)
             goto fail;
         out->model = engine_remote_model(out->remote);
         out->src = engine_remote_source(out->remote);
@@ -161,6 +167,16 @@ int gen_model_open(const char *dir, const gen_model_options *o, gen_model *out, 
 fail:
     gen_model_close(out);
     return rc;
+}
+
+int gen_model_ping(gen_model *gm, shoal_err *err)
+{
+    return gm->remote ? engine_remote_ping(gm->remote, err) : 0;
+}
+
+int gen_model_reconnect(gen_model *gm, shoal_err *err)
+{
+    return gm->remote ? engine_remote_reconnect(gm->remote, err) : 0;
 }
 
 void gen_model_close(gen_model *gm)

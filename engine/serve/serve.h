@@ -274,6 +274,10 @@ typedef struct gen_model_options {
     size_t chunk;              /* prefill chunk (session), >= 1 */
     int    spine_f32;          /* 1: f32 spine and exact experts */
     const char *home;          /* shoald's home for an hf:// model (engine/source/source.h) */
+    /* Told what the load is doing ("loading the tokenizer"), for a caller
+     * that shows progress.  May be NULL. */
+    void (*phase)(void *ctx, const char *what);
+    void *phase_ctx;
 } gen_model_options;
 
 /* `dir` is a model directory, or hf://org/name[@rev] read through the
@@ -281,6 +285,13 @@ typedef struct gen_model_options {
  * failure.  Close with gen_model_close (accepts a zeroed one). */
 int gen_model_open(const char *dir, const gen_model_options *o, gen_model *out, shoal_err *err);
 void gen_model_close(gen_model *gm);
+
+/* An hf:// model's daemon connection (engine/source/source.h): a round
+ * trip that says the daemon still answers, and the replacement of a lost
+ * connection.  Both 0 for a local model; otherwise 0 or the failure.  On
+ * the thread that generates, between runs. */
+int gen_model_ping(gen_model *gm, shoal_err *err);
+int gen_model_reconnect(gen_model *gm, shoal_err *err);
 
 /* ---- 2. the OpenAI API ----------------------------------------------------
  *
@@ -445,44 +456,54 @@ int openai_models_json(const char *model, int64_t created, shoal_buf *out);
  *
  * the OpenAI-compatible HTTP server (docs/server.md).
  *
- * Owns: the libevent HTTP loop (evhttp) on the caller's thread, one worker
- * thread that runs generations one at a time, the bounded FIFO of waiting
- * requests, API-key checks, disconnect detection and cancellation, server
- * statistics, clean shutdown on SIGINT/SIGTERM.  Does not own the model,
- * the tokenizer nor the generator (all borrowed), nor request parsing
- * (part 2).
+ * Owns: the listening socket and every connection (a cap, header and body
+ * limits and deadlines, accept back-off), the libevent HTTP loop (evhttp)
+ * on the caller's thread, one worker thread that binds the model once the
+ * port is open and then runs generations one at a time, the bounded FIFO
+ * of waiting requests, API-key checks, disconnect detection and
+ * cancellation, the daemon connection of an hf:// model (probes and
+ * reconnection), statistics (/health, /metrics), /tokenize and
+ * /detokenize, clean shutdown on SIGINT/SIGTERM.  Does not own request
+ * parsing (part 2) nor generation (part 1).
  */
 
 typedef struct server_config {
     const char *host;          /* "127.0.0.1" */
     int         port;          /* 8000; 0 picks a free port */
-    const char *api_key;       /* NULL: no key needed */
+    const char *api_key;       /* NULL: no key needed.  Compared in constant
+                                  time, never logged */
     size_t      queue;         /* waiting requests beyond the running one (16) */
     size_t      max_body;      /* request bodies above this get 413 (4 MiB) */
+    size_t      max_header;    /* request line + headers above this get 413 (32 KiB) */
+    int         request_timeout_s;  /* a request's header and body arrive within this,
+                                       from the connection's start or its last reply (60) */
+    int         idle_timeout_s;     /* no byte moved while reading or writing (30) */
+    size_t      max_connections;    /* open connections; beyond, new ones wait in the
+                                       kernel's backlog (256) */
     const char *model_name;    /* the id /v1/models lists and requests may name */
+    const char *model;         /* what the worker opens (gen_model_open) once the
+                                  port is open: a directory or hf://org/name[@rev] */
+    gen_model_options model_opt;
     size_t      prefill_step;  /* prompt ids per forward call (cancellation
                                   granularity); 0: 64 */
-    /* Called once the socket listens, with the bound port (for a caller
-     * that prints where it is).  May be NULL. */
+    /* Called once the model is bound and requests are served, with the
+     * bound port (for a caller that prints where it is).  May be NULL. */
     void (*on_listen)(void *ctx, const char *host, int port);
     void *on_listen_ctx;
 } server_config;
 
 void server_config_default(server_config *c);
 
-/* What generation needs, borrowed for the server's life.  gen is used by
- * the worker thread only. */
-typedef struct server_model {
-    const tokenizer *tok;
-    generator       *gen;
-    uint32_t         n_vocab;  /* ids the model accepts */
-    size_t           n_ctx;    /* positions */
-    uint32_t         eos;      /* <|end_of_msg|> */
-} server_model;
+/* Does a request's "model" name the served id?  The id itself, or its last
+ * path component when the id is a repo name ("Kimi-K3" for
+ * "moonshotai/Kimi-K3"), or the repo name with an hf:// prefix or an @rev
+ * suffix.  1 or 0. */
+int server_model_matches(const char *served, const char *asked);
 
-/* Serve until SIGINT or SIGTERM (the handlers are installed for the call).
- * 0 after a clean shutdown, or a negative code (cannot bind: SHOAL_EIO,
- * with the address in err). */
-int server_run(const server_config *cfg, const server_model *m, shoal_err *err);
+/* Open the port, bind the model on the worker, serve until SIGINT or
+ * SIGTERM (the handlers are installed for the call).  0 after a clean
+ * shutdown, or a negative code: cannot bind (SHOAL_EIO, with the address in
+ * err), or the model did not open (its error). */
+int server_run(const server_config *cfg, shoal_err *err);
 
 #endif
