@@ -192,10 +192,10 @@ struct server {
     conn *conns, *pending;             /* tracked; created, not resolved yet */
     struct event *resolve, *resume;
     size_t n_conns;                    /* both lists */
-    int paused_cap, paused_err, closing, lev_off;
+    int paused_cap, paused_err, closing, lev_off, in_cap;
     uint64_t backoff_ms;
-    server_ratelog accept_log;
-    uint64_t conns_accepted, accept_errors, listener_pauses, request_timeouts;
+    server_ratelog accept_log, cap_log;
+    uint64_t conns_accepted, accept_errors, listener_pauses, request_timeouts, evictions;
     int warned_untracked;
     uint64_t http_count[EP_COUNT][SERVER_N_CODES];
 };

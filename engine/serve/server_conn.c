@@ -9,8 +9,12 @@
  *     within request_timeout_s of the connection's start or its previous
  *     reply, however slowly the bytes drip (slowloris): past it, a 408 and
  *     the connection closed;
- *   - connection cap: at max_connections open, the listener pauses and new
- *     connections wait in the kernel's backlog until one closes;
+ *   - connection cap: at max_connections open, a new connection takes the
+ *     place of the one that has waited longest for its request (an idle
+ *     keep-alive, a slow sender: it gets a 503 and is closed), so a flood of
+ *     silent connections cannot keep real clients out; only when every
+ *     connection is being answered does the listener pause, new connections
+ *     then waiting in the kernel's backlog until one closes;
  *   - accept back-off: when accept fails (no descriptors: EMFILE/ENFILE, no
  *     memory) the listener pauses 50 ms, doubling to 1 s while it keeps
  *     failing, instead of spinning on a socket that stays readable; the
@@ -104,13 +108,40 @@ static void listener_update(server *srv)
     srv->lev_off = !want;
 }
 
+static void close_with(server *srv, conn *c, int status);
+
+/* At the cap: make room by closing the connection that has waited longest
+ * for its request; pause the listener if every one is being answered. */
+static conn *longest_waiting(server *srv)
+{
+    conn *oldest = NULL;
+    for (conn *c = srv->conns; c; c = c->next)
+        if (!c->answering && c->evcon && (!oldest || c->since_ns < oldest->since_ns))
+            oldest = c;
+    return oldest;
+}
+
 static void cap_check(server *srv)
 {
-    int at_cap = srv->n_conns >= srv->cfg.max_connections;
-    if (at_cap && !srv->paused_cap)
-        LOG_INFO(TAG, "%zu connections open (the limit): new ones wait until one closes",
-                 srv->n_conns);
-    srv->paused_cap = at_cap;
+    size_t cap = srv->cfg.max_connections;
+    conn *oldest;
+
+    if (srv->in_cap)           /* closing one below comes back here */
+        return;
+    srv->in_cap = 1;
+    while (srv->n_conns > cap && (oldest = longest_waiting(srv)) != NULL) {
+        server_ratelog_note(&srv->cap_log, TAG, "%zu connections open (the limit): closing the "
+                            "one that waited longest for its request", cap);
+        srv->evictions++;
+        close_with(srv, oldest, 503);
+    }
+    srv->in_cap = 0;
+    /* at the limit with one to close, the next comes in and takes its place */
+    oldest = srv->n_conns >= cap ? longest_waiting(srv) : NULL;
+    if (srv->n_conns >= cap && !oldest && !srv->paused_cap)
+        server_ratelog_note(&srv->cap_log, TAG, "%zu connections open (the limit), all being "
+                            "answered: new ones wait until one closes", srv->n_conns);
+    srv->paused_cap = srv->n_conns >= cap && !oldest;
     listener_update(srv);
 }
 
@@ -123,18 +154,39 @@ static void on_resume(evutil_socket_t fd, short what, void *arg)
     listener_update(srv);
 }
 
+/* The server whose listener this is.  The listener's error callback gets
+ * the listener's user data, which evhttp_bind_listener made evhttp's own
+ * (its accept callback's): the server is found here instead.  One server
+ * per process listens at a time. */
+static server *t_listening;
+
 /* accept failed with something else than EAGAIN/EINTR/ECONNABORTED. */
 static void on_accept_error(struct evconnlistener *lev, void *arg)
 {
-    server *srv = arg;
+    server *srv = t_listening;
     int e = EVUTIL_SOCKET_ERROR();
     struct timeval tv;
+    conn *c;
     (void)lev;
+    (void)arg;
+
+    if (!srv || srv->lev != lev)
+        return;
 
     srv->accept_errors++;
     srv->backoff_ms = srv->backoff_ms ? srv->backoff_ms * 2 : BACKOFF_MIN_MS;
     if (srv->backoff_ms > BACKOFF_MAX_MS)
         srv->backoff_ms = BACKOFF_MAX_MS;
+    /* out of descriptors below the cap (something else holds them): make
+     * room as at the cap, so the next accept can take a waiting client */
+    if ((e == EMFILE || e == ENFILE) && (c = longest_waiting(srv)) != NULL) {
+        srv->evictions++;
+        close_with(srv, c, 503);
+        srv->backoff_ms = 0;
+        server_ratelog_note(&srv->accept_log, TAG, "accept: %s (%zu connections open): closed the "
+                            "one that waited longest for its request", strerror(e), srv->n_conns);
+        return;                 /* a descriptor is free: the next accept takes a client */
+    }
     server_ratelog_note(&srv->accept_log, TAG, "accept: %s (%zu connections open): new "
                         "connections paused for %llu ms", strerror(e), srv->n_conns,
                         (unsigned long long)srv->backoff_ms);
@@ -241,6 +293,8 @@ static void on_resolve(evutil_socket_t fd, short what, void *arg)
         conn_push(&srv->conns, c);
         bufferevent_decref(c->bev);
     }
+    if (!srv->closing)
+        cap_check(srv);        /* the new ones can now make room, or be made room for */
 }
 
 conn *server_conn_of(server *srv, struct evhttp_request *req)
@@ -271,23 +325,31 @@ void server_conn_answering(server *srv, struct evhttp_request *req)
     evhttp_request_set_on_complete_cb(req, on_reply_done, srv);
 }
 
-/* Past the deadline: a 408 written straight to the socket (evhttp holds no
- * request we could answer: it is still reading one), then closed.  The
- * client may see only the close if it is still sending. */
-static void timeout_close(server *srv, conn *c)
+/* Close a connection that is not being answered with a reply written
+ * straight to the socket (evhttp holds no request we could answer: it is
+ * still reading one): 408 past the deadline, 503 to make room at the cap.
+ * A client still sending may see only the close. */
+static void close_with(server *srv, conn *c, int status)
 {
-    static const char body[] =
-        "{\"error\":{\"message\":\"The request did not arrive in time\",\"type\":"
-        "\"invalid_request_error\",\"param\":null,\"code\":\"request_timeout\"}}\n";
-    char msg[512];
-    int n = snprintf(msg, sizeof msg, "HTTP/1.1 408 Request Timeout\r\nContent-Type: "
-                     "application/json\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
-                     sizeof body - 1, body);
+    char body[256], msg[512];
+    int n;
     evutil_socket_t fd = bufferevent_getfd(c->bev);
+
+    snprintf(body, sizeof body, "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,"
+             "\"code\":\"%s\"}}\n",
+             status == 408 ? "The request did not arrive in time"
+                           : "Too many connections: this one waited longest; retry",
+             status == 408 ? "invalid_request_error" : "server_error",
+             status == 408 ? "request_timeout" : "too_many_connections");
+    n = snprintf(msg, sizeof msg, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+                 "Connection: close\r\n%sContent-Length: %zu\r\n\r\n%s", status,
+                 status == 408 ? "Request Timeout" : "Service Unavailable",
+                 status == 408 ? "" : "Retry-After: 1\r\n", strlen(body), body);
     if (fd >= 0 && send(fd, msg, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
-        LOG_DEBUG(TAG, "408: %s", strerror(errno));
-    srv->request_timeouts++;
-    server_count(srv, EP_OTHER, 408);
+        LOG_DEBUG(TAG, "%d: %s", status, strerror(errno));
+    if (status == 408)
+        srv->request_timeouts++;
+    server_count(srv, EP_OTHER, status);
     evhttp_connection_free(c->evcon);      /* runs on_close */
 }
 
@@ -298,9 +360,10 @@ void server_conn_sweep(server *srv)
     for (conn *c = srv->conns; c; c = next) {
         next = c->next;
         if (!c->answering && c->evcon && limit && now - c->since_ns > limit)
-            timeout_close(srv, c);
+            close_with(srv, c, 408);
     }
     server_ratelog_flush(&srv->accept_log);
+    server_ratelog_flush(&srv->cap_log);
 }
 
 size_t server_conn_unsent(server *srv)
@@ -319,6 +382,8 @@ void server_conn_stop_accepting(server *srv)
 
 void server_conn_release(server *srv)
 {
+    if (t_listening == srv)
+        t_listening = NULL;
     srv->closing = 1;
     srv->lev = NULL;              /* evhttp_free frees it */
     while (srv->pending) {
@@ -373,6 +438,7 @@ int server_conn_listen(server *srv, shoal_err *err)
         return shoal_err_set(err, SHOAL_EIO, "cannot listen on %s:%d: %s", srv->cfg.host,
                              srv->cfg.port, strerror(errno));
     evconnlistener_set_error_cb(srv->lev, on_accept_error);
+    t_listening = srv;
     if (!evhttp_bind_listener(srv->http, srv->lev)) {
         evconnlistener_free(srv->lev);
         srv->lev = NULL;

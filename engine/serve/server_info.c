@@ -116,12 +116,14 @@ void server_health(server *srv, struct evhttp_request *req, server_ep ep)
                           { "rejected_unavailable", s.n.rejected_link } };
         const kv cn[] = { { "open", srv->n_conns }, { "limit", srv->cfg.max_connections },
                           { "accepted", srv->conns_accepted },
-                          { "request_timeouts", srv->request_timeouts } };
+                          { "request_timeouts", srv->request_timeouts },
+                          { "closed_for_room", srv->evictions },
+                          { "accept_errors", srv->accept_errors } };
         bad = !root || shoal_json_set_str(root, "status", st) ||
               shoal_json_set_str(root, "model", srv->cfg.model_name) ||
               shoal_json_set_take(root, "queue", ints(q, 3)) ||
               shoal_json_set_take(root, "requests", ints(rq, 6)) ||
-              shoal_json_set_take(root, "connections", ints(cn, 4)) ||
+              shoal_json_set_take(root, "connections", ints(cn, 6)) ||
               shoal_json_set_take(root, "generation", gen_obj(&s));
     }
     if (!bad && s.phase == SRV_LOADING) {
@@ -190,6 +192,9 @@ static void metrics_http(server *srv, shoal_buf *b)
         (double)srv->cfg.max_connections);
     one(b, "connections_accepted_total", "counter", "HTTP connections accepted",
         (double)srv->conns_accepted);
+    one(b, "connections_closed_for_room_total", "counter",
+        "connections closed (503) at the limit to make room: they waited longest for a request",
+        (double)srv->evictions);
     one(b, "accept_errors_total", "counter",
         "accept() failures (descriptors or memory exhausted); each pauses the listener",
         (double)srv->accept_errors);
