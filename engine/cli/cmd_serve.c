@@ -35,6 +35,8 @@ static void usage(FILE *f)
           "  --host H            address to listen on (default 127.0.0.1)\n"
           "  --home DIR          shoald's cache directory for an hf:// MODEL\n"
           "                      (default $SHOAL_HOME, else the XDG cache)\n"
+          "  --expert-ram SIZE   hf://: experts kept in RAM, e.g. 8G, 0 for none\n"
+          "                      (default: half of MemAvailable)\n"
           "  --port P            port (default 8000; 0 picks a free one)\n"
           "  --api-key-file FILE require 'Authorization: Bearer KEY' on /v1/* (and\n"
           "                      /tokenize, /detokenize), KEY the file's first line;\n"
@@ -192,7 +194,10 @@ int engine_cmd_serve(int argc, char **argv)
             cfg.idle_timeout_s = (int)v;
         else if (strcmp(a, "--max-connections") == 0 && shoal_long_parse(val, 1, 1 << 20, &v) == 0)
             cfg.max_connections = (size_t)v;
-        else if (strcmp(a, "--max-header") == 0 && shoal_size_parse(val, &sz) == 0 && sz >= 1024 &&
+        else if (strcmp(a, "--expert-ram") == 0 && shoal_size_parse(val, &sz) == 0) {
+            mo.expert_ram = sz;
+            mo.expert_ram_set = 1;
+        } else if (strcmp(a, "--max-header") == 0 && shoal_size_parse(val, &sz) == 0 && sz >= 1024 &&
                  sz <= ((uint64_t)64 << 20))
             cfg.max_header = (size_t)sz;
         else if (strcmp(a, "--model-name") == 0) cfg.model_name = val;

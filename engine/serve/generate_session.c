@@ -136,7 +136,8 @@ int gen_model_open(const char *dir, const gen_model_options *o, gen_model *out, 
     if (o->spine_f32)
         mo.spine = ENGINE_SPINE_F32;
     if (engine_remote_is_spec(dir)) {
-        engine_remote_options ro = { .home = o->home };
+        engine_remote_options ro = { .home = o->home, .expert_ram = o->expert_ram,
+                                     .expert_ram_set = o->expert_ram_set };
         if ((rc = engine_remote_open(dir, &ro, &mo, &out->remote, err)) != 0)
             goto fail;
         if (o->phase)

@@ -274,6 +274,8 @@ typedef struct gen_model_options {
     size_t chunk;              /* prefill chunk (session), >= 1 */
     int    spine_f32;          /* 1: f32 spine and exact experts */
     const char *home;          /* shoald's home for an hf:// model (engine/source/source.h) */
+    uint64_t expert_ram;       /* hf://: the engine's RAM tier for experts, bytes, when */
+    int    expert_ram_set;     /* ... set; otherwise the source's default */
     /* Told what the load is doing ("loading the tokenizer"), for a caller
      * that shows progress.  May be NULL. */
     void (*phase)(void *ctx, const char *what);

@@ -66,6 +66,10 @@ typedef enum server_link {
 
 #define SERVER_LINK_DOWN_S 10
 const char *server_link_name(server_link l);   /* "local", "ok", "reconnecting", "down" */
+struct server;
+/* srv->link as it stands now (mu held): "reconnecting" turns "down" after
+ * SERVER_LINK_DOWN_S even between attempts. */
+server_link server_link_now(struct server *srv);
 
 /* Endpoints and statuses, for the request counters of /metrics. */
 typedef enum server_ep {

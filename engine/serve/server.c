@@ -121,6 +121,14 @@ const char *server_link_name(server_link l)
     }
 }
 
+server_link server_link_now(server *srv)
+{
+    if (srv->link == LINK_RECONNECTING &&
+        shoal_now_ns() - srv->link_lost_ns >= (uint64_t)SERVER_LINK_DOWN_S * 1000000000ull)
+        return LINK_DOWN;
+    return srv->link;
+}
+
 /* ---- worker -> loop ------------------------------------------------------------ */
 
 int server_post(server *srv, job *j, out_kind kind, int status, shoal_buf *body)
@@ -434,7 +442,7 @@ static int link_refuses(server *srv, struct evhttp_request *req, server_ep ep)
     char msg[320];
     server_link l;
     pthread_mutex_lock(&srv->mu);
-    l = srv->link;
+    l = server_link_now(srv);
     if (l == LINK_RECONNECTING || l == LINK_DOWN) {
         srv->n.rejected_link++;
         snprintf(msg, sizeof msg, "the model's shoald is not reachable (%s: %s); retry later",

@@ -46,7 +46,7 @@ static void take(server *srv, snap *s)
     memcpy(s->what, srv->load_what, sizeof s->what);
     s->load_s = (double)(srv->phase == SRV_LOADING ? shoal_now_ns() - srv->load_t0_ns
                                                    : srv->load_ns) * 1e-9;
-    s->link = srv->link;
+    s->link = server_link_now(srv);
     memcpy(s->link_err, srv->link_err, sizeof s->link_err);
     pthread_mutex_unlock(&srv->mu);
 }
