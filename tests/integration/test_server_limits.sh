@@ -64,9 +64,8 @@ echo "ok   slowloris x300: $r; server CPU $((c1 - c0))/100 s"
 check [ "$(field connections.request_timeouts)" -ge 300 ] "408s counted in /health"
 curl -s "$U/metrics" >"$T/metrics"
 grep -q '^shoal_engine_http_request_timeouts_total [1-9]' "$T/metrics" || fail "metrics lack the 408s"
-if command -v promtool >/dev/null; then
-    promtool check metrics <"$T/metrics" || fail "promtool: /metrics does not parse or lint"
-fi
+command -v promtool >/dev/null || fail "promtool is missing: make deps installs it"
+promtool check metrics <"$T/metrics" || fail "promtool: /metrics does not parse or lint"
 kill -TERM "$pid"; wait "$pid" || fail "server exit status $?"
 
 # ---- floods under a descriptor limit ----------------------------------------------------------
