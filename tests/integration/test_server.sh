@@ -186,6 +186,30 @@ wait_health "$Q" requests.cancelled 4 5
 wait_health "$Q" queue.running 0 5
 check [ "$(status POST "$Q/v1/completions" -d '{"prompt":"Hi","max_tokens":3}')" = 200 ] "served after cancellations"
 
+# ---- run --chat on a terminal: markers, escaped control characters ----------------------
+# (`script` gives the command a terminal; greedy tiny-k3 seed 3 answers "Hi there"
+# with a U+0015 in its reasoning, and with thinking off in its answer)
+if command -v script >/dev/null; then
+    RUN="$BIN/shoal-engine run $T/tiny --prompt 'Hi there' --chat --max-tokens 40 --threads 1"
+    script -qec "$RUN" /dev/null >"$T/tty.out" 2>&1 || fail "run --chat under a terminal"
+    grep -q 'thinking' "$T/tty.out" || fail "no thinking marker on a terminal: $(cat -v "$T/tty.out")"
+    grep -q $'\e\[2m' "$T/tty.out" || fail "the reasoning is not dim on a terminal"
+    grep -qF '\x15' "$T/tty.out" || fail "the control character is not shown escaped: $(cat -v "$T/tty.out")"
+    LC_ALL=C grep -q $'\x15' "$T/tty.out" && fail "a raw control character reached the terminal"
+    NO_COLOR=1 script -qec "$RUN" /dev/null >"$T/tty2.out" 2>&1 || fail "run --chat, NO_COLOR"
+    grep -q 'thinking' "$T/tty2.out" || fail "NO_COLOR dropped the marker"
+    grep -q $'\e\[' "$T/tty2.out" && fail "NO_COLOR: escape sequences on the terminal"
+    script -qec "$RUN --no-think" /dev/null >"$T/tty3.out" 2>&1 || fail "run --chat --no-think under a terminal"
+    grep -qF '\x' "$T/tty3.out" || fail "the answer's control character is not escaped: $(cat -v "$T/tty3.out")"
+    # not a terminal: the model's bytes, no marker, stdout the answer alone
+    eval "$RUN" >"$T/pipe.out" 2>"$T/pipe.err" || fail "run --chat into a pipe"
+    LC_ALL=C grep -q $'\x15' "$T/pipe.err" || fail "piped reasoning lost its bytes"
+    grep -q 'thinking' "$T/pipe.err" "$T/pipe.out" && fail "a marker in piped output"
+    echo "ok   run --chat: marked and escaped on a terminal (NO_COLOR honoured), raw into a pipe"
+else
+    echo "note: no script(1): the terminal output of run --chat is not checked"
+fi
+
 # ---- --queue 0: no waiting room, one running ------------------------------------------
 start_server q0 --queue 0
 check [ "$(status POST "$URL_q0/v1/completions" -d '{"prompt":"Hi","max_tokens":2}')" = 200 ] "--queue 0 idle -> 200"
