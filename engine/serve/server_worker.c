@@ -31,6 +31,7 @@
 #define SERVER_PING_S 2           /* idle: how often the daemon is asked if it is there */
 #define RECONNECT_MIN_MS 100
 #define RECONNECT_MAX_MS 5000
+#define SERVER_BATCH_MS 10        /* a stream's events are posted at most this often */
 
 /* The worker's view of the daemon connection (hf:// models). */
 typedef struct wlink {
@@ -51,6 +52,8 @@ typedef struct wctx {
     openai_lp_list lp_c, lp_r;  /* log-probabilities (answer / completion, reasoning):
                                    whole replies: all; streams: since the last chunk */
     size_t text_len;            /* completion text decoded so far (text_offset) */
+    shoal_buf out;              /* streams: events not posted yet (SERVER_BATCH_MS) */
+    uint64_t posted_ns;         /* the last post */
     openai_reply_info ri;
     int failed;                 /* posting failed: give up quietly */
 } wctx;
@@ -66,6 +69,25 @@ static void wctx_free(wctx *w)
     shoal_buf_free(&w->cd);
     openai_lp_list_free(&w->lp_c);
     openai_lp_list_free(&w->lp_r);
+    shoal_buf_free(&w->out);
+}
+
+/* Post the events held in w->out: when forced (the first, the last, an
+ * error) or when SERVER_BATCH_MS passed since the last post.  Tokens that
+ * come faster travel together, so the loop thread and the client wake at
+ * most every few ms instead of per token: on a machine whose cores all
+ * compute, each wake-up preempts a compute thread (docs/server.md,
+ * "Measured"). */
+static int send_out(wctx *w, int force)
+{
+    uint64_t now = shoal_now_ns();
+    int rc;
+    if (w->out.len == 0 || (!force && now - w->posted_ns < SERVER_BATCH_MS * 1000000ull))
+        return 0;
+    rc = server_post(w->srv, w->j, OUT_DATA, 200, &w->out);
+    shoal_buf_init(&w->out, 0);
+    w->posted_ns = now;
+    return rc;
 }
 
 /* Point the reply info at the log-probability lists, when asked for (a
@@ -90,9 +112,10 @@ static int flush_chunk(wctx *w, int first)
     shoal_buf b;
     int rc;
 
-    if (!w->j->r.stream ||
-        (!first && w->reasoning.len == 0 && w->content.len == 0 && w->lp_c.n == 0 && w->lp_r.n == 0))
+    if (!w->j->r.stream)
         return 0;
+    if (!first && w->reasoning.len == 0 && w->content.len == 0 && w->lp_c.n == 0 && w->lp_r.n == 0)
+        return send_out(w, 0);   /* nothing new: what is held may be due */
     shoal_buf_init(&b, 0);
     lp_attach(w, 0);
     if (w->chat)
@@ -103,8 +126,10 @@ static int flush_chunk(wctx *w, int first)
         rc = openai_completion_chunk(&w->ri, text_of(&w->content), w->content.len,
                                      w->j->r.include_usage, &b);
     if (rc == 0)
-        rc = server_post(w->srv, w->j, OUT_DATA, 200, &b);
+        rc = shoal_buf_append(&w->out, b.data, b.len);
     shoal_buf_free(&b);
+    if (rc == 0)
+        rc = send_out(w, first);
     shoal_buf_reset(&w->reasoning);
     shoal_buf_reset(&w->content);
     w->lp_c.n = w->lp_r.n = 0;
@@ -306,7 +331,8 @@ static void post_stream_end(wctx *w)
     if (rc == 0)
         rc = openai_done_event(&b);
     if (rc == 0)
-        server_post(w->srv, w->j, OUT_DATA, 200, &b);
+        rc = shoal_buf_append(&w->out, b.data, b.len);
+    send_out(w, 1);
     shoal_buf_free(&b);
     server_post(w->srv, w->j, OUT_STREAM_END, 200, NULL);
 }
@@ -446,6 +472,7 @@ static void post_failure(server *srv, job *j, wctx *w, wlink *wl, shoal_err *err
                      "generation failed: %s", w->failed ? "out of memory" : err->msg);
     if (j->r.stream) {
         shoal_buf b;
+        send_out(w, 1);          /* what was generated before the failure */
         shoal_buf_init(&b, 0);
         if (shoal_buf_append_str(&b, "data: ") == 0 && openai_error_json(&e, &b) == 0 &&
             shoal_buf_append_str(&b, "\n\n") == 0 && openai_done_event(&b) == 0)
@@ -504,6 +531,7 @@ static int wctx_init(server *srv, job *j, wctx *w, size_t prompt_tokens)
     shoal_buf_init(&w->content, 0);
     shoal_buf_init(&w->rd, 0);
     shoal_buf_init(&w->cd, 0);
+    shoal_buf_init(&w->out, 0);
     w->stop = gen_stop_new((const char *const *)j->r.stop, j->r.n_stop);
     if (w->chat)
         w->parser = chat_parser_new(srv->m.tok, j->r.thinking);
