@@ -12,14 +12,11 @@
 // and streamed; anything else is a 400 naming the field.  Exits 1 on the
 // first failure.
 "use strict";
-const path = require("path");
 const assert = require("assert");
+const { parseArgs, OpenAI, makeClient } = require("./client_setup.js");
 
-const args = {};
-for (let i = 2; i < process.argv.length; i += 2)
-    args[process.argv[i].replace(/^--/, "")] = process.argv[i + 1];
-const OpenAI = require(path.join(__dirname, "..", "node", "node_modules", "openai"));
-const client = new OpenAI({ baseURL: args.base, apiKey: args.key, maxRetries: 0, timeout: 60000 });
+const args = parseArgs();
+const client = makeClient(args);
 const model = args.model;
 const root = args.base.replace(/\/v1$/, "");
 const msgs = [{ role: "user", content: "Tell me a story" }];
