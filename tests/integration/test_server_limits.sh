@@ -36,7 +36,7 @@ print(d)" "$1"
 }
 kv() { echo "$1" | tr ' ' '\n' | sed -n "/^$2\$/{n;p;}"; }   # kv "k v k v" KEY
 
-start lim "$E" serve "$T/m" --port 0 --threads 1 --request-timeout 2 --idle-timeout 2 \
+start lim "$E" serve "$T/m" --port 0 --threads 1 --request-timeout 2 --idle-timeout 10 \
     --max-header 32K --max-connections 400
 pid=$PID_lim
 
