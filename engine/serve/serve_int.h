@@ -269,7 +269,8 @@ void *server_worker_main(void *arg);
 
 /* The prompt ids of a request: the chat rendering, the completion's text
  * encoded, or its ids checked against the vocabulary.  check_len: refuse a
- * prompt that does not fit the context.  0, or -1 with e filled. */
+ * prompt that does not fit the context, or that with max_tokens (when set)
+ * does not (400 context_length_exceeded).  0, or -1 with e filled. */
 int server_prompt_ids(const server_model *m, const openai_request *r, int check_len,
                       tokenizer_ids *ids, openai_error *e);
 

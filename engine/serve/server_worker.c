@@ -290,6 +290,18 @@ int server_prompt_ids(const server_model *m, const openai_request *r, int check_
                          m->n_ctx, ids->n);
         return -1;
     }
+    /* what was asked for must fit too (the memory plan's context, or the
+     * model's): refused now rather than cut short at the context */
+    if (check_len && r->max_tokens && ids->n + r->max_tokens > m->n_ctx) {
+        openai_error_set(e, 400, "invalid_request_error", r->kind == OPENAI_CHAT ? "messages" : "prompt",
+                         "context_length_exceeded",
+                         "This model's maximum context length is %zu tokens. However, you requested "
+                         "%zu tokens (%zu in the %s, %zu in the completion). Please reduce the "
+                         "length of the %s or completion.", m->n_ctx, ids->n + r->max_tokens, ids->n,
+                         r->kind == OPENAI_CHAT ? "messages" : "prompt", r->max_tokens,
+                         r->kind == OPENAI_CHAT ? "messages" : "prompt");
+        return -1;
+    }
     return 0;
 oom:
     openai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");

@@ -176,8 +176,9 @@ n=$(health_field "$Q" generation.last_completion_tokens)
 echo "cancelled after $n of 4000 tokens"
 
 # A client with a time limit (curl --max-time) mid-stream, then the server is free.
+# (3800: the chat prompt's ~230 tokens and max_tokens must fit the 4096 context)
 curl -s -N --max-time 0.5 "$Q/v1/chat/completions" \
-    -d '{"messages":[{"role":"user","content":"go"}],"max_tokens":4000,"stream":true,"ignore_eos":true}' >/dev/null
+    -d '{"messages":[{"role":"user","content":"go"}],"max_tokens":3800,"stream":true,"ignore_eos":true}' >/dev/null
 wait_health "$Q" requests.cancelled 3 5
 # The same for a whole (non-streamed) reply: nothing is written until the
 # end, so only the socket watch can notice the client left.
@@ -222,7 +223,7 @@ kill "$pq"; wait "$pq" 2>/dev/null
 
 # ---- SIGINT under a running stream: its last chunk and [DONE] ----------------------------
 curl -s -N "$URL_q0/v1/chat/completions" \
-    -d '{"messages":[{"role":"user","content":"go"}],"max_tokens":4000,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true},"reasoning_effort":"none"}' \
+    -d '{"messages":[{"role":"user","content":"go"}],"max_tokens":3800,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true},"reasoning_effort":"none"}' \
     >"$T/int.out" &
 pi=$!
 wait_health "$URL_q0" queue.running 1
