@@ -188,10 +188,10 @@ wait_health "$Q" queue.running 0 5
 check [ "$(status POST "$Q/v1/completions" -d '{"prompt":"Hi","max_tokens":3}')" = 200 ] "served after cancellations"
 
 # ---- run --chat on a terminal: markers, escaped control characters ----------------------
-# (`script` gives the command a terminal; greedy tiny-k3 seed 3 answers "Hi there"
-# with a U+0015 in its reasoning, and with thinking off in its answer)
+# (`script` gives the command a terminal; greedy tiny-k3 seed 3 answers "hi there"
+# with a U+0015 in its reasoning, and with thinking off a U+0019 in its answer)
 if command -v script >/dev/null; then
-    RUN="$BIN/shoal-engine run $T/tiny --prompt 'Hi there' --chat --max-tokens 40 --threads 1"
+    RUN="$BIN/shoal-engine run $T/tiny --prompt 'hi there' --chat --max-tokens 40 --threads 1"
     script -qec "$RUN" /dev/null >"$T/tty.out" 2>&1 || fail "run --chat under a terminal"
     grep -q 'thinking' "$T/tty.out" || fail "no thinking marker on a terminal: $(cat -v "$T/tty.out")"
     grep -q $'\e\[2m' "$T/tty.out" || fail "the reasoning is not dim on a terminal"
