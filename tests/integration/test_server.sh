@@ -220,6 +220,8 @@ wait_health "$URL_q0" queue.running 1
 code=$(curl -s -D "$T/q0.head" -o "$T/q0.out" -w '%{http_code}' "$URL_q0/v1/completions" -d '{"prompt":"Hi","max_tokens":2}')
 check [ "$code" = 429 ] "--queue 0 busy -> 429 (got $code)"
 kill "$pq"; wait "$pq" 2>/dev/null
+# the server sees the client gone at its next write: until then --queue 0 is still full
+wait_health "$URL_q0" queue.running 0 5
 
 # ---- SIGINT under a running stream: its last chunk and [DONE] ----------------------------
 curl -s -N "$URL_q0/v1/chat/completions" \
