@@ -19,6 +19,14 @@ PKGS      := libcurl sqlite3 libevent libevent_pthreads jansson libpcre2-8 \
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
+# shoald tells systemd when it is ready (sd_notify) when libsystemd is
+# there; without it (macOS, SYSTEMD=no) it builds all the same and a
+# Type=notify unit would wait in vain: use Type=exec there.
+SYSTEMD   ?= auto
+HAVE_SYSTEMD = $(if $(filter no,$(SYSTEMD)),,$(shell pkg-config --exists libsystemd 2>/dev/null && echo 1))
+SYSTEMD_CFLAGS = $(if $(HAVE_SYSTEMD),-DHAVE_SYSTEMD $(shell pkg-config --cflags libsystemd))
+SYSTEMD_LIBS   = $(if $(HAVE_SYSTEMD),$(shell pkg-config --libs libsystemd))
+
 WARN      := -Wall -Wextra -Wshadow -Wformat=2 -Werror
 CFLAGS    ?=
 CFLAGS    += -std=c11 $(WARN) $(OPT) -g -D_GNU_SOURCE -pthread \
@@ -141,9 +149,10 @@ $(BIN)/$(1): $(call objs,$(wildcard tools/$(1)/*.c)) $(call libs_for,$(1))
 endef
 $(foreach t,$(TOOLS),$(eval $(call TOOL_RULE,$(t))))
 
+$(BUILD)/daemon/main.o: XFLAGS = $(SYSTEMD_CFLAGS)
 $(BIN)/shoald: $(call objs,$(wildcard daemon/*.c)) $(call libs_for,shoald)
 	@mkdir -p $(BIN)
-	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(SYSTEMD_LIBS) $(LDLIBS)
 
 $(BIN)/shoal-engine: $(call objs,$(wildcard engine/cli/*.c)) $(call libs_for,shoal-engine)
 	@mkdir -p $(BIN)

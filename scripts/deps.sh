@@ -12,16 +12,21 @@ cd "$(dirname "$0")/.."
 
 APT_PKGS=(gcc make pkg-config libcurl4-openssl-dev libsqlite3-dev libevent-dev
           libssl-dev libjansson-dev libpcre2-dev libcmocka-dev libxxhash-dev
-          python3-numpy curl clang nginx)
+          python3-numpy curl clang nginx prometheus)
 # nginx: the Hub mirror's test (contrib/nginx/, docs/mirror.md) runs its own
 # nginx on loopback; Debian's `nginx` binary has the slice, auth_request and
 # ssl modules.  On a machine with systemd, installing it also starts the
 # stock nginx.service on port 80, which nothing here uses
 # (`systemctl disable --now nginx` stops it).
+# prometheus: promtool checks /metrics in tests.
 # The NEON kernels are cross-built and run under qemu-user on x86 machines.
 [ "$(uname -m)" = x86_64 ] && APT_PKGS+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 PC_PKGS=(libcurl sqlite3 libevent libevent_pthreads jansson libpcre2-8 cmocka
          libxxhash libcrypto)
+# libsystemd-dev: shoald's sd_notify (optional: the Makefile builds without
+# it, so it is not in PC_PKGS); systemd: systemd-analyze verifies the units
+# (no running systemd needed); man-db: `man -l` renders the man pages.
+APT_PKGS+=(libsystemd-dev systemd man-db)
 NPM_DIR=tests/node
 mode=${1:-install}
 
