@@ -48,7 +48,7 @@ int shoal_exit_for(int rc)
     }
 }
 
-static void table_add(shoal_cli *p, const shoal_cli_opt *t)
+static void table_add(shoal_cli_parser *p, const shoal_cli_opt *t)
 {
     for (; t && t->name && p->n < SHOAL_CLI_MAX_OPTS; t++) {
         size_t k = strlen(p->shorts);
@@ -65,7 +65,7 @@ static void table_add(shoal_cli *p, const shoal_cli_opt *t)
     }
 }
 
-void shoal_cli_begin(shoal_cli *p, const shoal_cli_spec *spec, int argc, char **argv)
+void shoal_cli_begin(shoal_cli_parser *p, const shoal_cli_spec *spec, int argc, char **argv)
 {
     memset(p, 0, sizeof *p);
     p->spec = spec;
@@ -89,7 +89,7 @@ static const char *self(const shoal_cli_spec *s)
 }
 
 /* The long option argv[optind - 1] named ("--xy=1" -> "--xy"). */
-static const char *written(shoal_cli *p)
+static const char *written(shoal_cli_parser *p)
 {
     const char *a = optind - 1 < p->argc && optind >= 1 ? p->argv[optind - 1] : "?";
     size_t n = strcspn(a, "=");
@@ -98,7 +98,7 @@ static const char *written(shoal_cli *p)
 }
 
 /* An unknown long option: ambiguous (a prefix of several) or unrecognized. */
-static void unknown_long(shoal_cli *p, const char *arg)
+static void unknown_long(shoal_cli_parser *p, const char *arg)
 {
     const char *name = arg + 2;
     size_t n = strlen(name), hits = 0;
@@ -119,7 +119,7 @@ static void unknown_long(shoal_cli *p, const char *arg)
                 self(p->spec));
 }
 
-static const shoal_cli_opt *by_val(const shoal_cli *p, int v)
+static const shoal_cli_opt *by_val(const shoal_cli_parser *p, int v)
 {
     if (v >= VAL_BASE && v < VAL_BASE + p->n)
         return p->table[v - VAL_BASE];
@@ -129,14 +129,14 @@ static const shoal_cli_opt *by_val(const shoal_cli *p, int v)
     return NULL;
 }
 
-static int usage_exit(shoal_cli *p)
+static int usage_exit(shoal_cli_parser *p)
 {
     p->exit = SHOAL_EXIT_USAGE;
     return -1;
 }
 
 /* A '?' or ':' from getopt: say what was wrong. */
-static int bad_option(shoal_cli *p, int c)
+static int bad_option(shoal_cli_parser *p, int c)
 {
     const shoal_cli_opt *o = optopt ? by_val(p, optopt) : NULL;
     const char *prog = self(p->spec);
@@ -159,7 +159,7 @@ static int bad_option(shoal_cli *p, int c)
     return usage_exit(p);
 }
 
-int shoal_cli_next(shoal_cli *p, const char **val)
+int shoal_cli_next(shoal_cli_parser *p, const char **val)
 {
     const shoal_cli_opt *o;
     int li = -1, c;
@@ -191,7 +191,7 @@ int shoal_cli_next(shoal_cli *p, const char **val)
     return -1;
 }
 
-int shoal_cli_bad_value(const shoal_cli *p, const char *val, const char *want)
+int shoal_cli_bad_value(const shoal_cli_parser *p, const char *val, const char *want)
 {
     const char *prog = self(p->spec);
     fprintf(stderr, "%s: bad value '%s' for %s%s%s (see %s --help)\n", prog, val ? val : "",

@@ -15,7 +15,7 @@
  *       { NULL } };
  *   static const shoal_cli_spec SPEC = { "stinfo", "list tensors",
  *       "stinfo FILE [--json]", NULL, OPTS };
- *   shoal_cli p;
+ *   shoal_cli_parser p;
  *   const char *val;
  *   int id;
  *   shoal_cli_begin(&p, &SPEC, argc, argv);
@@ -95,7 +95,7 @@ typedef struct shoal_cli_spec {
 #define SHOAL_CLI_MAX_OPTS 96
 
 /* A parse in progress (getopt_long's state is global: one at a time). */
-typedef struct shoal_cli {
+typedef struct shoal_cli_parser {
     const shoal_cli_spec *spec;
     int    argc;
     char **argv;
@@ -108,19 +108,19 @@ typedef struct shoal_cli {
     struct option longs[SHOAL_CLI_MAX_OPTS + 1];
     char   shorts[2 * SHOAL_CLI_MAX_OPTS + 4];
     char   namebuf[72];
-} shoal_cli;
+} shoal_cli_parser;
 
-void shoal_cli_begin(shoal_cli *p, const shoal_cli_spec *spec, int argc, char **argv);
+void shoal_cli_begin(shoal_cli_parser *p, const shoal_cli_spec *spec, int argc, char **argv);
 
 /* The next option: its id (> 0) with *val its value (NULL for a flag);
  * 0 when the options end (p->optind is the first argument); -1 when the
  * program should exit with p->exit: 0 after printing --help or
  * --version on stdout, 2 after printing a usage error on stderr. */
-int shoal_cli_next(shoal_cli *p, const char **val);
+int shoal_cli_next(shoal_cli_parser *p, const char **val);
 
 /* "PROG: bad value 'VAL' for --NAME[: WANT] (see PROG --help)" on
  * stderr; returns SHOAL_EXIT_USAGE.  want may be NULL. */
-int shoal_cli_bad_value(const shoal_cli *p, const char *val, const char *want);
+int shoal_cli_bad_value(const shoal_cli_parser *p, const char *val, const char *want);
 
 /* "PROG: MESSAGE (see PROG --help)" on stderr; returns SHOAL_EXIT_USAGE. */
 int shoal_cli_usage_error(const shoal_cli_spec *spec, const char *fmt, ...)

@@ -103,7 +103,7 @@ typedef struct opts {
 /* -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, opts *o)
 {
-    shoal_cli p;
+    shoal_cli_parser p;
     const char *v;
     int id;
 

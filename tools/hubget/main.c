@@ -86,7 +86,7 @@ int main(int argc, char **argv)
     hub_client *c = NULL;
     hub_file f;
     shoal_err err;
-    shoal_cli p;
+    shoal_cli_parser p;
 
     shoal_err_clear(&err);
     shoal_log_setup("hubget", SHOAL_LOG_WARN, NULL);

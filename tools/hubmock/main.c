@@ -226,7 +226,7 @@ static int args_apply(hm_server *s, const given *g, int n, cli *o)
 static int args_parse(int argc, char **argv, hm_server *s, cli *o, shoal_log_level *level,
                       given *g, int *ng)
 {
-    shoal_cli p;
+    shoal_cli_parser p;
     const char *v;
     long n;
     int id;

@@ -130,7 +130,7 @@ typedef struct opts {
 /* -1 to go on, else the exit status. */
 static int opts_parse(int argc, char **argv, opts *o)
 {
-    shoal_cli p;
+    shoal_cli_parser p;
     const char *v;
     int id;
 

@@ -260,7 +260,7 @@ typedef struct args {
 } args;
 
 /* A numeric option (the parallel ones, timeouts, the seed) into fo. */
-static int set_number(const shoal_cli *p, int id, const char *val, fetch_options *fo)
+static int set_number(const shoal_cli_parser *p, int id, const char *val, fetch_options *fo)
 {
     long v;
     if (shoal_long_parse(val, 1, 1000000000L, &v) != 0)
@@ -278,7 +278,7 @@ static int set_number(const shoal_cli *p, int id, const char *val, fetch_options
 /* Parse argv into a and fo.  -1: go on; otherwise the exit status. */
 static int parse_args(int argc, char **argv, args *a, fetch_options *fo)
 {
-    shoal_cli p;
+    shoal_cli_parser p;
     const char *v;
     int id, rc;
 

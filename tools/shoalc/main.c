@@ -618,7 +618,7 @@ int main(int argc, char **argv)
     const char *args[4096], *val;
     int nargs = 0, rc, id;
     long n;
-    shoal_cli p;
+    shoal_cli_parser p;
     char home[SHOAL_PATH_MAX];
     shoal_env env;
 

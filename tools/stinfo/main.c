@@ -117,7 +117,7 @@ int main(int argc, char **argv)
     int json = 0, rc, id;
     st_file *f = NULL;
     shoal_err err = { 0 };
-    shoal_cli p;
+    shoal_cli_parser p;
 
     shoal_log_setup("stinfo", SHOAL_LOG_WARN, NULL);
     shoal_cli_begin(&p, &SPEC, argc, argv);
