@@ -90,6 +90,7 @@ typedef struct shoal_cli_spec {
                                   with its own options follows) */
     const char *man_extra;     /* roff sections after EXIT STATUS (ENVIRONMENT,
                                   FILES, SEE ALSO ...), or NULL */
+    int  man_section;          /* 0: 1 (commands); shoald's is 8 */
 } shoal_cli_spec;
 
 #define SHOAL_CLI_MAX_OPTS 96

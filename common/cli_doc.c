@@ -137,9 +137,10 @@ void shoal_cli_man(const shoal_cli_spec *spec, FILE *f)
     char title[64];
 
     upper(title, sizeof title, spec->prog);
-    fprintf(f, ".\\\" %s(1), made by `%s --help-man` from its option table\n", spec->prog,
-            spec->prog);
-    fprintf(f, ".TH %s 1 \"\" \"shoal %s\" \"shoal manual\"\n.SH NAME\n", title, SHOAL_VERSION);
+    fprintf(f, ".\\\" %s(%d), made by `%s --help-man` from its option table\n", spec->prog,
+            spec->man_section ? spec->man_section : 1, spec->prog);
+    fprintf(f, ".TH %s %d \"\" \"shoal %s\" \"shoal manual\"\n.SH NAME\n", title,
+            spec->man_section ? spec->man_section : 1, SHOAL_VERSION);
     roff_str(f, spec->prog);
     fputs(" \\- ", f);
     roff_str(f, spec->summary ? spec->summary : "");
@@ -198,16 +199,30 @@ void shoal_cli_man(const shoal_cli_spec *spec, FILE *f)
 
 /* ---- bash completion -------------------------------------------------------------- */
 
-/* Words of an enumerated value ("layer|expert|session"), or NULL. */
+/* Words of an enumerated value: "layer|expert|session", or the fixed
+ * starts of each ("all|top:N|layers:A-B": all top: layers:).  0 when arg
+ * is not one. */
 static int enum_words(const char *arg, char *out, size_t cap)
 {
     size_t k = 0;
-    if (!strchr(arg, '|'))
+    if (!strchr(arg, '|') || strchr(arg, '['))
         return 0;
-    for (const char *p = arg; *p && k + 1 < cap; p++) {
-        if (!(islower((unsigned char)*p) || isdigit((unsigned char)*p) || strchr("|:-_", *p)))
+    for (const char *p = arg; *p;) {
+        size_t n = 0;
+        while (islower((unsigned char)p[n]) || isdigit((unsigned char)p[n]) || p[n] == '-' ||
+               p[n] == '_')
+            n++;
+        if (p[n] == ':')
+            n++;
+        if (n == 0 || k + n + 2 > cap)
             return 0;
-        out[k++] = *p == '|' ? ' ' : *p;
+        if (k)
+            out[k++] = ' ';
+        memcpy(out + k, p, n);
+        k += n;
+        p += strcspn(p, "|");
+        if (*p)
+            p++;
     }
     out[k] = '\0';
     return 1;

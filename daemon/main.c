@@ -69,6 +69,7 @@ static const shoal_cli_opt OPTS[] = {
 static const shoal_cli_spec SPEC = {
     .prog = "shoald",
     .summary = "the shoal cache daemon",
+    .man_section = 8,
     .synopsis = "shoald [options]",
     .about = "shoal's daemon: owns the cache directory, fetches experts from upstream,\n"
              "warms the cache in the background and serves engines over a Unix socket\n"
