@@ -232,7 +232,8 @@ int cmd_estimate(shoal_cli *cli, int argc, char **argv)
     if (p.optind != argc - 1)
         return shoal_cli_usage_error(&cmd_estimate_spec, "give one MODEL");
     memset(&m, 0, sizeof m);
-    cli_model_spec(argv[p.optind], m.name, sizeof m.name);
+    if ((rc = cli_model_arg(&cmd_estimate_spec, argv[p.optind], m.name, sizeof m.name)) != 0)
+        return rc;
     if (stat(m.name, &st) == 0 && S_ISDIR(st.st_mode))
         rc = shape_from_dir(m.name, &m, &err);
     else

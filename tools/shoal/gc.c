@@ -237,7 +237,8 @@ static int pin_cmd(shoal_cli *cli, int argc, char **argv, int on)
         return p.exit;
     if (p.optind != argc - 1)
         return shoal_cli_usage_error(sp, "give one MODEL");
-    cli_model_spec(argv[p.optind], spec, sizeof spec);
+    if ((rc = cli_model_arg(sp, argv[p.optind], spec, sizeof spec)) != 0)
+        return rc;
     rc = cli_connect(cli, &cl, &err);
     if (rc == 0) {
         rc = pin_live(cli, cl, spec, on, lf, ll, &changed, &err);
@@ -294,7 +295,8 @@ int cmd_rm(shoal_cli *cli, int argc, char **argv)
         return p.exit;
     if (p.optind != argc - 1)
         return shoal_cli_usage_error(&cmd_rm_spec, "give one MODEL");
-    cli_model_spec(argv[p.optind], spec, sizeof spec);
+    if ((rc = cli_model_arg(&cmd_rm_spec, argv[p.optind], spec, sizeof spec)) != 0)
+        return rc;
     if (cli_connect(cli, &cl, &err) == 0) {
         shoal_client_close(cl);
         fprintf(stderr, "shoal rm: shoald is running on %s; stop it first (the protocol has no "

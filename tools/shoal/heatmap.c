@@ -554,7 +554,8 @@ int cmd_heatmap(shoal_cli *cli, int argc, char **argv)
     if ((!out && !ascii && !json) || (json && ascii))
         return shoal_cli_usage_error(&cmd_heatmap_spec, "give one of -o FILE.svg, --ascii or "
                                      "--json (-o may go with either)");
-    cli_model_spec(argv[p.optind], spec, sizeof spec);
+    if ((rc = cli_model_arg(&cmd_heatmap_spec, argv[p.optind], spec, sizeof spec)) != 0)
+        return rc;
     g.range = range;
     rc = stats_fetch(cli, spec, CACHE_REPORT_BY_EXPERT, &j, &live, &err);
     if (rc == 0)

@@ -78,7 +78,8 @@ int cmd_ls(shoal_cli *cli, int argc, char **argv)
     if (p.optind < argc - 1)
         return shoal_cli_usage_error(&cmd_ls_spec, "one MODEL at most");
     if (p.optind < argc) {
-        cli_model_spec(argv[p.optind], spec, sizeof spec);
+        if ((rc = cli_model_arg(&cmd_ls_spec, argv[p.optind], spec, sizeof spec)) != 0)
+            return rc;
         model = spec;
     }
     shoal_buf_init(&b, 0);

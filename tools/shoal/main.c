@@ -4,8 +4,10 @@
  */
 #include "tools/shoal/shoal_int.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -65,6 +67,37 @@ static shoal_cli_spec SPEC = {
                  "HF_HUB_DISABLE_PROGRESS_BARS (the progress display).\n"
                  ".SH \"SEE ALSO\"\nshoald(8), shoal\\-engine(1)\n",
 };
+
+/* org/name: letters, digits, '.', '_' and '-', at most 96 each (the Hub's) */
+static int name_part(const char *s, size_t n)
+{
+    if (n == 0 || n > 96)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("._-", s[i]))
+            return 0;
+    return 1;
+}
+
+int cli_model_arg(const shoal_cli_spec *spec, const char *arg, char *out, size_t cap)
+{
+    const char *r = strncmp(arg, "hf://", 5) == 0 ? arg + 5 : arg;
+    const char *slash = strchr(r, '/'), *at = strchr(r, '@');
+    size_t end = at ? (size_t)(at - r) : strlen(r);
+    struct stat st;
+
+    if (r == arg && (stat(strncmp(arg, "file://", 7) == 0 ? arg + 7 : arg, &st) == 0 ||
+                     arg[0] == '/' || arg[0] == '.')) {
+        cli_model_spec(arg, out, cap);   /* a directory (or a path that will say why not) */
+        return 0;
+    }
+    if (!slash || (size_t)(slash - r) >= end || !name_part(r, (size_t)(slash - r)) ||
+        !name_part(slash + 1, end - (size_t)(slash - r) - 1) || (at && (!at[1] || strchr(at, ' '))))
+        return shoal_cli_usage_error(spec, "'%s' is not a model: give hf://org/name[@revision], "
+                                     "org/name[@revision] or a model directory", arg);
+    cli_model_spec(arg, out, cap);
+    return 0;
+}
 
 static void spec_finish(void)
 {

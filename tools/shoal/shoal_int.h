@@ -127,6 +127,11 @@ int cmd_rm(shoal_cli *cli, int argc, char **argv);
 int cmd_heatmap(shoal_cli *cli, int argc, char **argv);
 int cmd_estimate(shoal_cli *cli, int argc, char **argv);
 
+/* A MODEL argument checked (hf://org/name[@rev], org/name[@rev] or a
+ * directory) and put in the daemon's and index's form (cli_model_spec):
+ * 0, or EXIT_USAGE after saying it is malformed (main.c). */
+int cli_model_arg(const shoal_cli_spec *spec, const char *arg, char *out, size_t cap);
+
 /* Each command's option table (for its parsing, and for shoal's man page
  * and completion: main.c lists them). */
 extern const shoal_cli_spec cmd_stats_spec, cmd_ls_spec, cmd_warm_spec, cmd_verify_spec,

@@ -127,8 +127,9 @@ int cmd_verify(shoal_cli *cli, int argc, char **argv)
         return p.exit;
     if (p.optind < argc - 1)
         return shoal_cli_usage_error(&cmd_verify_spec, "one MODEL at most");
-    if (p.optind < argc)
-        cli_model_spec(argv[p.optind], spec, sizeof spec);
+    if (p.optind < argc &&
+        (rc = cli_model_arg(&cmd_verify_spec, argv[p.optind], spec, sizeof spec)) != 0)
+        return rc;
     shoal_meter_init(&meter, stderr, &cli->meter, "verify", SHOAL_METER_BYTES);
     shoal_buf_init(&b, 0);
     rc = cli_connect(cli, &cl, &err);

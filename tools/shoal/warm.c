@@ -276,7 +276,8 @@ int cmd_warm(shoal_cli *cli, int argc, char **argv)
     if (job) {
         f.jobs[f.njobs++] = job;
     } else {
-        cli_model_spec(argv[p.optind], spec, sizeof spec);
+        if ((rc = cli_model_arg(&cmd_warm_spec, argv[p.optind], spec, sizeof spec)) != 0)
+            return rc;
         memset(&mi, 0, sizeof mi);
         mi.manifest_fd = -1;
         rc = shoal_client_open(cl, spec, &mi, &err);
