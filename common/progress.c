@@ -149,49 +149,59 @@ static void draw_plain(shoal_meter *m, const char *extra)
     fflush(m->out);
 }
 
+/* A bar of width w (0: none) filled to frac, coloured unless no_color. */
+static size_t bar_text(char *out, size_t cap, int w, double frac, int color)
+{
+    char b[BAR_MAX + 1];
+    int fill;
+
+    if (w <= 0)
+        return 0;
+    fill = (int)((frac > 1 ? 1 : frac) * w + 0.5);
+    memset(b, '#', (size_t)fill);
+    memset(b + fill, '.', (size_t)(w - fill));
+    b[w] = '\0';
+    return (size_t)snprintf(out, cap, "[%s%.*s%s%s] ", color ? "\033[32m" : "", fill, b,
+                            color ? "\033[0m" : "", b + fill);
+}
+
+/* The terminal line: what does not fit goes in this order: the bar's
+ * length past 10, the extra text, the head's end, the bar. */
 static void draw_tty(shoal_meter *m, const char *extra)
 {
     char h[192], fig[160], line[LINE_MAX_];
-    int width = term_width(m) - 1, bar, fill, n;
-    size_t len;
-    double frac = m->total ? (double)m->done / (double)m->total : 0.0;
+    int width = term_width(m) - 1, room, bar = 0;
+    size_t len, hl, el = extra ? strlen(extra) : 0, vis;
     int color = !m->cfg.no_color;
 
     head(m, h, sizeof h);
     figures(m, fig, sizeof fig);
-    n = (int)(strlen(h) + (h[0] ? 1 : 0) + strlen(fig) + 5);   /* "[" "] " and spacing */
-    bar = m->total ? width - n - (extra && extra[0] ? (int)strlen(extra) + 2 : 0) : 0;
-    if (bar > BAR_MAX)
-        bar = BAR_MAX;
-    if (bar < 10)
-        bar = m->total && width - n >= 10 ? 10 : 0;
-    fill = (int)((frac > 1 ? 1 : frac) * bar + 0.5);
-    len = 0;
-    line[0] = '\0';
-    len += (size_t)snprintf(line, sizeof line, "%s%s", h, h[0] ? " " : "");
-    if (bar) {
-        char b[BAR_MAX + 1];
-        memset(b, '#', (size_t)fill);
-        memset(b + fill, '.', (size_t)(bar - fill));
-        b[bar] = '\0';
-        len += (size_t)snprintf(line + len, sizeof line - len, "[%s%.*s%s%s] ",
-                                color ? "\033[32m" : "", fill, b, color ? "\033[0m" : "",
-                                b + fill);
+    hl = strlen(h);
+    room = width - (int)strlen(fig) - 3;   /* "[" "] " */
+    if (m->total) {
+        if (room - (int)(hl + 1 + (el ? el + 2 : 0)) < 10)
+            el = 0;
+        if (room - (int)(hl + 1) < 10 && room >= 10 + 1)
+            hl = (size_t)(room - 10 - 1 > 0 ? room - 10 - 1 : 0);
+        bar = room - (int)(hl ? hl + 1 : 0) - (int)(el ? el + 2 : 0);
+        bar = bar > BAR_MAX ? BAR_MAX : bar < 10 ? 0 : bar;
     }
-    snprintf(line + len, sizeof line - len, "%s%s%s", fig, extra && extra[0] ? "  " : "",
-             extra ? extra : "");
+    len = (size_t)snprintf(line, sizeof line, "%.*s%s", (int)hl, h, hl ? " " : "");
+    len += bar_text(line + len, sizeof line - len, bar,
+                    m->total ? (double)m->done / (double)m->total : 0.0, color);
+    snprintf(line + len, sizeof line - len, "%s%s%.*s", fig, el ? "  " : "", (int)el,
+             el ? extra : "");
     /* visible width: the colour codes take none */
-    {
-        size_t vis = strlen(line) - (bar && color ? 9 : 0), cut = strlen(line);
-        if (vis > (size_t)width) {
-            cut -= vis - (size_t)width;
-            vis = (size_t)width;
-        }
-        fprintf(m->out, "\r%.*s", (int)cut, line);
-        if (vis < m->drawn)
-            fprintf(m->out, "%*s", (int)(m->drawn - vis), "");
-        m->drawn = vis;
+    vis = strlen(line) - (bar && color ? 9 : 0);
+    len = strlen(line);
+    if (vis > (size_t)width) {
+        len -= vis - (size_t)width;
+        vis = (size_t)width;
     }
+    fprintf(m->out, "\r%.*s", (int)len, line);
+    if (vis < m->drawn)
+        fprintf(m->out, "%*s", (int)(m->drawn - vis), "");
+    m->drawn = vis;
     m->open = 1;
     fflush(m->out);
 }

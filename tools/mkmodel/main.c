@@ -184,7 +184,7 @@ static int opts_parse(int argc, char **argv, opts *o)
 static int dir_write(const opts *o, const synth_model *model, shoal_meter *meter,
                      shoal_err *err)
 {
-    mk_progress pr = { 0, 0, meter };
+    mk_progress pr = { 0, 0, meter, 0, 0 };
     char idx[SHOAL_PATH_MAX];
     int ne = dir_nonempty(o->out), rc;
 
@@ -218,7 +218,7 @@ int main(int argc, char **argv)
     if ((rc = opts_parse(argc, argv, &o)) >= 0)
         return rc;
     shoal_meter_env_capture(&mc, o.quiet);
-    shoal_meter_init(&meter, stderr, &mc, "mkmodel:", SHOAL_METER_BYTES);
+    shoal_meter_init(&meter, stderr, &mc, "mkmodel", SHOAL_METER_BYTES);
     synth_config_init(&cfg, o.preset);
     cfg.seed = o.seed;
     if ((rc = synth_config_finish(&cfg, (int)o.layers, (int)o.experts, &err)) ||

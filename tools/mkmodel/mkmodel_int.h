@@ -19,6 +19,7 @@
 typedef struct mk_progress {
     uint64_t done, total;
     shoal_meter *meter;           /* NULL: show nothing */
+    int shard, shards;            /* the one being written (1-based), of */
 } mk_progress;
 
 /* Write every file of m into dir: small files atomically, shards streamed

@@ -22,10 +22,13 @@
 
 #define CHUNK (4u << 20)   /* bytes generated per write */
 
-static void progress_show(mk_progress *pr, const char *name)
+static void progress_show(mk_progress *pr)
 {
-    if (pr->meter)
-        shoal_meter_update(pr->meter, name, pr->done, pr->total, NULL);
+    char phase[48];
+    if (!pr->meter)
+        return;
+    snprintf(phase, sizeof phase, "shard %d/%d", pr->shard, pr->shards);
+    shoal_meter_update(pr->meter, phase, pr->done, pr->total, NULL);
 }
 
 /* Stream bytes [off, end) of file i to fd. */
@@ -45,7 +48,7 @@ static int stream(const synth_model *m, size_t i, uint64_t off, uint64_t end, in
         if (!pr)
             continue;
         pr->done += k;
-        progress_show(pr, name);   /* the meter decides when to draw */
+        progress_show(pr);   /* the meter decides when to draw */
     }
     return 0;
 }
@@ -110,10 +113,12 @@ int mk_model_write(const synth_model *m, const char *dir, int headers_only, mk_p
     if (!buf)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     pr->total = synth_model_tensor_bytes(m);
+    pr->shards = synth_model_shards(m);
     /* The index is the last file: a directory without it is visibly
      * incomplete. */
     for (size_t i = 0; i < synth_file_count(m) && !rc; i++)
-        rc = synth_file_is_shard(m, i) ? shard_write(m, i, dir, headers_only, buf, pr, err)
+        rc = synth_file_is_shard(m, i) ? (pr->shard++, shard_write(m, i, dir, headers_only, buf,
+                                                                    pr, err))
                                        : small_write(m, i, dir, buf, err);
     if (pr->meter && !rc)
         shoal_meter_end(pr->meter, NULL);

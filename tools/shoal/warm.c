@@ -265,6 +265,8 @@ int cmd_warm(shoal_cli *cli, int argc, char **argv)
         return shoal_cli_usage_error(&cmd_warm_spec, "--job ID takes only --wait");
     if (!job && p.optind != argc - 1)
         return shoal_cli_usage_error(&cmd_warm_spec, "give one MODEL (or --job ID)");
+    if (!job && (rc = cli_model_arg(&cmd_warm_spec, argv[p.optind], spec, sizeof spec)) != 0)
+        return rc;
     memset(&f, 0, sizeof f);
     if ((rc = cli_connect(cli, &cl, &err)) != 0) {
         if (rc == SHOAL_ENET)
@@ -276,8 +278,6 @@ int cmd_warm(shoal_cli *cli, int argc, char **argv)
     if (job) {
         f.jobs[f.njobs++] = job;
     } else {
-        if ((rc = cli_model_arg(&cmd_warm_spec, argv[p.optind], spec, sizeof spec)) != 0)
-            return rc;
         memset(&mi, 0, sizeof mi);
         mi.manifest_fd = -1;
         rc = shoal_client_open(cl, spec, &mi, &err);
