@@ -108,6 +108,7 @@ NO_COLOR=1 script -qec "$BIN/mkmodel --out $T/s4 --preset slice --layers 2 --exp
 grep -q $'\033' "$T/tty2.out" && fail "NO_COLOR=1: the bar still has escape sequences"
 
 start_hubmock --synth t/tiny=tiny,layers=4,experts=16 --synth-cache none --bw 400000
+export HF_ENDPOINT=$HUB
 "$BIN/shoal-fetch" --home "$T/fh" --no-fsync --experts all --spine --progress hf://t/tiny \
     > "$T/f.out" 2> "$T/f.err" || fail "shoal-fetch: $(tail -3 "$T/f.err")"
 has_cr "$T/f.err" && fail "shoal-fetch --progress wrote a carriage return into a pipe"
