@@ -179,23 +179,35 @@ void k3_spine_sizes_get(const k3_config *c, k3_spine_mode mode, k3_spine_sizes *
 {
     uint64_t d = (uint64_t)c->hidden, p = (uint64_t)(c->kda_heads * c->kda_head_dim);
     uint64_t floats = 2 * d;                          /* out_sw, model.norm */
+    /* as stored: model.norm, output_attn_res_norm and _proj, BF16 */
+    uint64_t ck = 3 * d * 2;
 
     memset(out, 0, sizeof *out);
     k3_spine_walk(c, mode, add_sizes, out);
     for (int64_t i = 0; i < c->n_layers; i++) {
         const k3_layer_info *li = &c->layers[i];
         floats += 4 * d;                              /* in/post norm, attn_sw, mlp_sw */
-        if (li->attn == K3_ATTN_KDA)                  /* dt_bias, A, o_norm, conv taps */
+        ck += 6 * d * 2;          /* 4 norms + 2 res_proj [1, D], BF16 */
+        if (li->attn == K3_ATTN_KDA) {                /* dt_bias, A, o_norm, conv taps */
             floats += 2 * p + (uint64_t)c->kda_head_dim + 3 * p * (uint64_t)c->kda_conv;
-        else
+            /* F32 in the checkpoint: A_log [Dk], dt_bias [P], o_norm [Dk], conv [P,1,K] x3 */
+            ck += 4 * (2 * (uint64_t)c->kda_head_dim + p + 3 * p * (uint64_t)c->kda_conv);
+        } else {
             floats += (uint64_t)(c->q_lora_rank + c->kv_lora_rank);
-        if (li->moe)                                  /* bias, latent norm, span pointers */
+            ck += 2 * (uint64_t)(c->q_lora_rank + c->kv_lora_rank);   /* the latent norms */
+        }
+        if (li->moe) {                                /* bias, latent norm, span pointers */
             floats += (uint64_t)(c->n_experts + c->latent) + 2 * (uint64_t)c->n_experts;
+            ck += 4 * (uint64_t)c->n_experts + 2 * (uint64_t)c->latent;   /* F32 bias, BF16 norm */
+        }
         if (out->layer[i] > out->layer_max)
             out->layer_max = out->layer[i];
     }
     out->vectors = floats * 4;
     out->embedding = (uint64_t)c->vocab * d * 2;
+    /* the matrices in BF16, but kv_b_proj once (the walk splits it in two
+     * whose sizes add up to it) and the embedding */
+    out->checkpoint = out->bf16_matrices + out->embedding + ck;
 }
 
 uint64_t k3_kda_state_bytes(const k3_config *c)

@@ -101,6 +101,8 @@ typedef struct k3_spine_sizes {
     uint64_t embedding;              /* [V, D] BF16, mapped (not derived) */
     uint64_t bf16_part[K3_PART_COUNT];  /* the same matrices in the checkpoint (BF16) */
     uint64_t bf16_matrices;
+    uint64_t checkpoint;             /* every spine tensor as the checkpoint stores
+                                        it (BF16, the F32 ones F32): K3 113.5 GB */
     uint64_t layer_max;              /* the largest one layer's derived matrices */
     uint64_t layer[K3_MAX_LAYERS];   /* each layer's derived matrices */
     uint64_t globals;                /* lm_head */

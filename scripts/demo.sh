@@ -1,104 +1,97 @@
 #!/usr/bin/env bash
-# make demo: the main job, end to end, on a generated model, through shoald.
+# make demo: the main job, end to end, as a user runs it, on a model that
+# says something.
 #
-# Generates tiny-k3 under ./demo/, serves it as a Hugging Face Hub on
-# loopback with hubmock, starts shoald on a temporary cache directory,
-# warms part of the model in the background, fetches experts as an engine
-# would (bin/shoalc: GET over the socket, descriptors mapped, bytes checked
-# against the shards), shows the hit and miss counts, and stops everything.
+# The model is the oracle (`mkmodel --preset oracle`, docs/mkmodel.md): a
+# K3-shaped model whose weights are constructed so that its continuation of
+# "The oracle says:" is one known sentence, which comes out only when the
+# routing, the expert fetches through shoald, the MXFP4 decoding, AttnRes
+# and lm_head are all right.  hubmock serves it as a Hugging Face Hub on
+# loopback (synthesized, from no disk); then the commands a user types:
+# shoald --detach on a fresh cache directory, shoal warm, shoal-engine run,
+# shoal stats — each echoed as `$ command` before its output.  Ends with a
+# line saying whether the sentence came out right (exit 1 if not), and
+# stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin}
-DEMO=demo
-MODEL=$DEMO/tiny-k3
-HOME_DIR=$(mktemp -d "${TMPDIR:-/tmp}/shoal-demo.XXXXXX")
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+MODEL=hf://demo/oracle
+PROMPT="The oracle says:"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/shoal-demo.XXXXXX")
 hub_pid=
-daemon_pid=
+ok=0
+
+bold() { printf '\n\033[1m%s\033[0m\n' "$*"; }
+show() { printf '\033[36m$ %s\033[0m\n' "$*"; }     # the command, as typed
 
 cleanup() {
-    if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
-        kill -TERM "$daemon_pid" 2>/dev/null || true
-        wait "$daemon_pid" 2>/dev/null || true
-        echo "demo: stopped shoald (pid $daemon_pid)"
+    local pid
+    if [ -f "$WORK/home/shoald.pid" ] && pid=$(cat "$WORK/home/shoald.pid") &&
+       kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        echo "demo: stopped shoald (pid $pid)"
     fi
     if [ -n "$hub_pid" ] && kill -0 "$hub_pid" 2>/dev/null; then
         kill -TERM "$hub_pid" 2>/dev/null || true
         wait "$hub_pid" 2>/dev/null || true
         echo "demo: stopped hubmock (pid $hub_pid)"
     fi
-    rm -rf "$HOME_DIR"
+    if [ "$ok" = 1 ]; then
+        rm -rf "$WORK"
+    else
+        echo "demo: logs kept in $WORK (hubmock.err, home/shoald.log)"
+    fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-wait_for() {   # FILE REGEX PID WHAT
-    for _ in $(seq 200); do
-        grep -qE "$2" "$1" 2>/dev/null && return 0
-        kill -0 "$3" 2>/dev/null || { cat "$1" >&2; echo "demo: $4 failed to start" >&2; exit 1; }
-        sleep 0.1
-    done
-    echo "demo: $4 did not start" >&2
-    exit 1
-}
-
-say "1. Generating tiny-k3 (K3's tensor names, dtypes and math at tiny sizes) in $MODEL"
-rm -rf "$MODEL"
-mkdir -p "$DEMO"
-"$BIN/mkmodel" --preset tiny --seed 0 --out "$MODEL" --quiet
-ls -l "$MODEL" | sed 1d | awk '{printf "   %10d  %s\n", $5, $9}'
-
-say "2. Serving it as a Hugging Face Hub on 127.0.0.1 (hubmock)"
-"$BIN/hubmock" --repo demo/tiny-k3="$MODEL" --port 0 --cdn-port 0 --log "$DEMO/hub-requests.jsonl" \
-    > "$DEMO/hubmock.out" 2> "$DEMO/hubmock.err" &
+bold "A Hugging Face Hub on 127.0.0.1 serving demo/oracle (hubmock, for the demo only)"
+"$BIN/hubmock" --synth demo/oracle=oracle --port 0 --cdn-port 0 \
+    > "$WORK/hubmock.out" 2> "$WORK/hubmock.err" &
 hub_pid=$!
-wait_for "$DEMO/hubmock.out" '^hub http' "$hub_pid" hubmock
-read -r _ HUB _ CDN < "$DEMO/hubmock.out"
-echo "   hub at $HUB, its CDN at $CDN"
+for _ in $(seq 200); do
+    grep -q '^hub http' "$WORK/hubmock.out" 2>/dev/null && break
+    kill -0 "$hub_pid" 2>/dev/null || { cat "$WORK/hubmock.err" >&2; exit 1; }
+    sleep 0.1
+done
+read -r _ HUB _ _ < "$WORK/hubmock.out"
+[ -n "$HUB" ] || { echo "demo: hubmock did not start" >&2; exit 1; }
+echo "   The oracle: K3's tensor names, dtypes, MXFP4 experts and math at tiny sizes, with"
+echo "   weights built so that \"$PROMPT\" continues with one known sentence."
 
-say "3. Starting shoald on a fresh cache directory"
-HF_ENDPOINT=$HUB "$BIN/shoald" --home "$HOME_DIR" --parallel 4 --log "$DEMO/shoald.log" \
-    > "$DEMO/shoald.out" 2>&1 &
-daemon_pid=$!
-wait_for "$DEMO/shoald.out" '^shoald ready' "$daemon_pid" shoald
-echo "   $(cat "$DEMO/shoald.out")   (log: $DEMO/shoald.log)"
-C=("$BIN/shoalc" --home "$HOME_DIR")
+bold "Point shoal at it, with a fresh cache directory"
+show "export HF_ENDPOINT=$HUB"
+export HF_ENDPOINT=$HUB
+show "export SHOAL_HOME=$WORK/home"
+export SHOAL_HOME=$WORK/home
+case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
+export PATH="$BIN:$PATH"           # so the commands read as a user types them
 
-say "4. Warming the experts of layers 1-2 in the background (WARM, then JOB until done)"
-"${C[@]}" warm hf://demo/tiny-k3 layers:1-2 --wait | sed 's/^/   /'
+bold "Start the cache daemon"
+show "shoald --detach"
+shoald --detach
+echo "   (log: $SHOAL_HOME/shoald.log)"
 
-say "5. An engine asks for 8 experts of layer 1 (warmed) and 8 of layer 3 (not yet)"
-KEYS=$(for e in 0 9 18 27 36 45 54 63; do printf '1:%s 3:%s ' $e $e; done)
-"${C[@]}" get hf://demo/tiny-k3 $KEYS --check "$MODEL" | sed 's/^/   /'
-echo "   (every item is a descriptor the client mapped and compared with the shard)"
+bold "Fetch the spine (everything but the routed experts) into the cache"
+show "shoal warm $MODEL --spine --wait"
+shoal warm "$MODEL" --spine --wait
 
-say "6. Asking again: everything is on disk now"
-"${C[@]}" get hf://demo/tiny-k3 $KEYS --check "$MODEL" --quiet | sed 's/^/   /'
+bold "Run the model through shoald: the router's experts are fetched as they are needed"
+show "shoal-engine run $MODEL --prompt \"$PROMPT\""
+shoal-engine run "$MODEL" --prompt "$PROMPT" | tee "$WORK/reply.txt"
 
-say "7. What shoald counted (STATS)"
-"${C[@]}" stats > "$DEMO/stats.json"
-node -e '
-  const s = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
-  const d = s.tiers.disk, u = s.daemon.upstream;
-  console.log(`   disk tier: ${d.hits} hits, ${d.misses} misses, ${d.joins} joins, hit rate ${(100 * d.hit_rate).toFixed(1)}%`);
-  console.log(`   upstream: ${u.completed} transfers, ${u.bytes} bytes; cache holds ${s.disk.objects} objects, ${s.disk.used} bytes`);
-  for (const l of s.layers)
-    console.log(`   layer ${l.layer}: ${l.disk.hits} hits, ${l.disk.misses} misses`);' "$DEMO/stats.json"
-echo "   hubmock answered $(wc -l < "$DEMO/hub-requests.jsonl") requests; the warm job's objects were fetched once"
+bold "What the cache served"
+show "shoal stats"
+shoal stats
 
-say "8. The engine runs the model through shoald: spine by name, experts as they arrive"
-echo "   shoal-engine run hf://demo/tiny-k3 --prompt 'Tell me about fish.' --chat --no-think --max-tokens 24"
-printf '   reply (streamed as generated; tiny-k3 has random weights): '
-"$BIN/shoal-engine" run hf://demo/tiny-k3 --home "$HOME_DIR" --prompt "Tell me about fish." \
-    --chat --no-think --max-tokens 24 --stats 2> "$DEMO/engine.err"
-sed 's/^/   /' "$DEMO/engine.err" | grep -v '^ *$' | tail -n 2
-
-say "9. What the engine ran, as the CLI sees it (shoal stats, shoal ls)"
-"$BIN/shoal" --home "$HOME_DIR" stats | sed 's/^/   /'
-"$BIN/shoal" --home "$HOME_DIR" ls | sed 's/^/   /'
-
-say "Done"
-echo "shoal generated a K3-shaped model, served it as a Hugging Face Hub on loopback, ran"
-echo "shoald on a fresh cache, warmed two layers in the background and served experts to a"
-echo "client as file descriptors: misses went upstream once, everything after was a hit;"
-echo "then shoal-engine generated text from hf://demo/tiny-k3 with every byte served by shoald."
+# what the model promises: config.json's "oracle" (as the Hub serves it)
+want=$(curl -sS "$HUB/demo/oracle/resolve/main/config.json" |
+       python3 -c 'import json, sys; print(json.load(sys.stdin)["oracle"]["text"])')
+if [ "$(cat "$WORK/reply.txt")" = "$want" ]; then
+    bold "The sentence came out right: routing, expert fetches through shoald, MXFP4, AttnRes and lm_head all work."
+    ok=1
+else
+    bold "FAILED: the oracle should have said \"$want\"; something in the pipeline is wrong (try shoal doctor)."
+    exit 1
+fi

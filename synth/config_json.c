@@ -142,6 +142,23 @@ static int json_render(json_t *j, shoal_buf *out, const char *file, shoal_err *e
     return rc ? shoal_err_set(err, rc, "out of memory rendering %s", file) : 0;
 }
 
+/* What the oracle preset promises (docs/mkmodel.md "The oracle"): a checker
+ * reads the prompt and the continuation from here. */
+static json_t *oracle_json(void)
+{
+    json_t *o = json_object(), *pi = json_array(), *ti = json_array();
+
+    for (int i = 0; i < SYNTH_ORACLE_PROMPT_TOKENS; i++)
+        json_array_append_new(pi, json_integer(synth_oracle_prompt_ids[i]));
+    for (int i = 0; i < SYNTH_ORACLE_TEXT_TOKENS; i++)
+        json_array_append_new(ti, json_integer(synth_oracle_text_ids[i]));
+    SETS(o, "prompt", SYNTH_ORACLE_PROMPT);
+    SETS(o, "text", SYNTH_ORACLE_TEXT);
+    json_object_set_new(o, "prompt_ids", pi);
+    json_object_set_new(o, "ids", ti);
+    return o;
+}
+
 /* Present so loaders see K3's shape; a text engine ignores it.  The k3
  * preset describes the tensors vision.c makes. */
 static json_t *vision_config(const synth_config *c)
@@ -182,6 +199,8 @@ int synth_config_render(const synth_config *c, shoal_buf *out, shoal_err *err)
     json_object_set_new(root, "text_config", text_config(c));
     SETS(root, "mkmodel_preset", synth_preset_name(c->preset));
     SETI(root, "mkmodel_seed", (json_int_t)c->seed);
+    if (c->preset == SYNTH_PRESET_ORACLE)
+        json_object_set_new(root, "oracle", oracle_json());
     return json_render(root, out, "config.json", err);
 }
 

@@ -1,19 +1,21 @@
-/* preset.c — the three model presets, flag overrides and the layer pattern.
+/* preset.c — the model presets, flag overrides and the layer pattern.
  *
  * Owns: every config value of tiny-k3 (k3.md §6), k3-slice (real K3 expert
- * and head dimensions, few layers, heads and experts) and k3 (k3.md §1 at
- * full size).  Does not own writing them (config_json.c) nor the tensor
+ * and head dimensions, few layers, heads and experts), k3 (k3.md §1 at
+ * full size) and the oracle (tiny's values: only its weights differ,
+ * oracle.c).  Does not own writing them (config_json.c) nor the tensor
  * list derived from them (tensors.c).
  */
 #include "synth/synth_int.h"
 
 #include <string.h>
 
-static const char *const preset_names[] = { "tiny", "slice", "k3" };
+static const char *const preset_names[] = { "tiny", "slice", "k3", "oracle" };
+#define N_PRESETS ((int)(sizeof preset_names / sizeof preset_names[0]))
 
 int synth_preset_parse(const char *name, synth_preset *out)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < N_PRESETS; i++)
         if (strcmp(name, preset_names[i]) == 0) {
             *out = (synth_preset)i;
             return 0;
@@ -23,7 +25,7 @@ int synth_preset_parse(const char *name, synth_preset *out)
 
 const char *synth_preset_name(synth_preset p)
 {
-    return (unsigned)p < 3 ? preset_names[p] : "?";
+    return (unsigned)p < (unsigned)N_PRESETS ? preset_names[p] : "?";
 }
 
 void synth_pattern(int layers, unsigned char *is_mla)
@@ -57,7 +59,7 @@ void synth_config_init(synth_config *cfg, synth_preset p)
     cfg->preset = p;
     cfg->vocab = 1024;
     cfg->conv_kernel = 4;
-    if (p == SYNTH_PRESET_TINY) {
+    if (p == SYNTH_PRESET_TINY || p == SYNTH_PRESET_ORACLE) {
         cfg->hidden = 256;
         cfg->layers = 8;
         cfg->dense_inter = 512;
@@ -106,8 +108,15 @@ void synth_config_init(synth_config *cfg, synth_preset p)
 
 int synth_config_finish(synth_config *cfg, int layers, int experts, shoal_err *err)
 {
-    int cap = cfg->preset == SYNTH_PRESET_TINY ? 4 : 16;
+    int small = cfg->preset == SYNTH_PRESET_TINY || cfg->preset == SYNTH_PRESET_ORACLE;
+    int cap = small ? 4 : 16;
 
+    /* The oracle's construction (oracle.c) is laid out for tiny's 8 layers
+     * (snapshots at 0, 3, 6) and 64 experts a layer. */
+    if (cfg->preset == SYNTH_PRESET_ORACLE &&
+        ((layers > 0 && layers != cfg->layers) || (experts > 0 && experts != cfg->experts)))
+        return shoal_err_set(err, SHOAL_EINVAL, "the oracle preset has %d layers and %d experts; "
+                             "drop --layers/--experts", cfg->layers, cfg->experts);
     if (layers > 0)
         cfg->layers = layers;
     if (experts > 0)

@@ -14,9 +14,12 @@
  * synth_read() and the digest functions on it at once.
  *
  * Presets (docs/mkmodel.md has the tables): tiny (k3.md §6), slice (K3's
- * expert sizes, 4 layers x 32 experts) and k3 (the full checkpoint of
- * k3.md §1/§2: 96 shards, 497,220 tensors, ~1.56 TB).  Layers and experts
- * can be reduced (or, for tiny and slice, raised).
+ * expert sizes, 4 layers x 32 experts), k3 (the full checkpoint of
+ * k3.md §1/§2: 96 shards, 497,220 tensors, ~1.56 TB) and oracle (tiny's
+ * files with constructed weights: its greedy continuation of
+ * SYNTH_ORACLE_PROMPT is SYNTH_ORACLE_TEXT, docs/mkmodel.md "The oracle").
+ * Layers and experts can be reduced (or, for tiny and slice, raised); the
+ * oracle keeps tiny's 8 layers and 64 experts.
  */
 #ifndef SHOAL_SYNTH_H
 #define SHOAL_SYNTH_H
@@ -34,7 +37,22 @@
 #define SYNTH_MAX_EXPERTS 1024
 #define SYNTH_SPECIALS    256      /* reserved ids at the top of the vocabulary */
 
-typedef enum synth_preset { SYNTH_PRESET_TINY, SYNTH_PRESET_SLICE, SYNTH_PRESET_K3 } synth_preset;
+typedef enum synth_preset {
+    SYNTH_PRESET_TINY, SYNTH_PRESET_SLICE, SYNTH_PRESET_K3, SYNTH_PRESET_ORACLE
+} synth_preset;
+
+/* The oracle preset's raw prompt (no BOS) and the text its greedy decoding
+ * continues it with, up to eos (<|end_of_msg|>, id 770).  config.json of
+ * the preset carries both ("oracle": {"prompt", "text", "prompt_ids",
+ * "ids"}), so a checker needs no copy of them. */
+#define SYNTH_ORACLE_PROMPT "The oracle says:"
+#define SYNTH_ORACLE_TEXT   " Each token was routed to its expert, and this came out right."
+/* The ids of both with the synthetic tokenizer (checked against the
+ * engine's tokenizer in tests/integration/test_oracle.sh). */
+#define SYNTH_ORACLE_PROMPT_TOKENS 9
+#define SYNTH_ORACLE_TEXT_TOKENS   22
+extern const uint16_t synth_oracle_prompt_ids[SYNTH_ORACLE_PROMPT_TOKENS];
+extern const uint16_t synth_oracle_text_ids[SYNTH_ORACLE_TEXT_TOKENS];
 
 /* Every value the layout and the files depend on. */
 typedef struct synth_config {
@@ -58,13 +76,14 @@ typedef struct synth_config {
     unsigned char is_mla[SYNTH_MAX_LAYERS];   /* 0-based */
 } synth_config;
 
-/* "tiny", "slice", "k3" -> preset; 0 or SHOAL_EINVAL. */
+/* "tiny", "slice", "k3", "oracle" -> preset; 0 or SHOAL_EINVAL. */
 int synth_preset_parse(const char *name, synth_preset *out);
 const char *synth_preset_name(synth_preset p);
 /* Fill cfg with a preset's values (seed 0, default pattern).  Cannot fail. */
 void synth_config_init(synth_config *cfg, synth_preset p);
 /* Apply --layers / --experts overrides (<= 0: keep), recompute the layer
- * pattern and top-k, validate.  0 or SHOAL_EINVAL with a message. */
+ * pattern and top-k, validate.  0 or SHOAL_EINVAL with a message (the
+ * oracle refuses any count but its own). */
 int synth_config_finish(synth_config *cfg, int layers, int experts, shoal_err *err);
 /* 1-based MLA layers: every 4th and the last two, never layer 1; this gives
  * K3's own lists for 93 layers and k3.md §6's [4,7,8] for 8. */

@@ -5,6 +5,7 @@
  *                     its split into shards and the order inside a shard
  *   vision.c          K3's 168 vision tensors (k3 preset)
  *   weights.c         deterministic values: FNV-1a-64, SplitMix64, BF16
+ *   oracle.c          the oracle preset's constructed weights
  *   render.c          shard headers and model.safetensors.index.json
  *   config_json.c     config.json and tokenizer_config.json
  *   tokenizer_train.c tiktoken.model (byte-level BPE on corpus.c)
@@ -37,7 +38,8 @@ typedef enum synth_init {
     SYNTH_INIT_PACKED,      /* floor(256u) */
     SYNTH_INIT_SCALE,       /* 119 + floor(5u) */
     SYNTH_INIT_PACKED8,     /* byte k of draw i/8: the k3 preset's packed codes */
-    SYNTH_INIT_SCALE8       /* 119 + (5·(byte k of draw i/8) >> 8) */
+    SYNTH_INIT_SCALE8,      /* 119 + (5·(byte k of draw i/8) >> 8) */
+    SYNTH_INIT_ORACLE       /* constructed: oracle.c, by role, layer and expert */
 } synth_init;
 
 /* The three dtypes a K3 checkpoint uses.  synth does not link the fetcher:
@@ -54,11 +56,14 @@ typedef struct synth_tensor {
     uint64_t state0;              /* FNV-1a-64(name) ^ seed·golden */
     uint64_t shape[SYNTH_MAX_DIMS];
     uint32_t name;                /* offset of the NUL-terminated name in names */
-    uint32_t used;                /* SYNTH_INIT_A_LOG: entries that are not padding */
+    uint16_t used;                /* SYNTH_INIT_A_LOG: entries that are not padding */
     uint16_t shard;               /* 0-based */
+    uint16_t expert;              /* SYNTH_INIT_ORACLE: the routed expert */
     uint8_t  dtype;               /* synth_dtype */
     uint8_t  ndim;
     uint8_t  init;                /* synth_init */
+    uint8_t  role;                /* SYNTH_INIT_ORACLE: what the tensor is (oracle.c) */
+    uint8_t  layer;               /* SYNTH_INIT_ORACLE: its layer */
 } synth_tensor;
 
 typedef struct synth_tensors {
@@ -105,6 +110,17 @@ uint64_t synth_seed_state(const char *name, uint64_t seed);
 /* Write the bytes of elements [first, first+count) of t into out. */
 void synth_fill(const synth_tensor *t, uint64_t first, uint64_t count, uint8_t *out);
 uint16_t synth_bf16_from_float(float f);
+/* Draw i of t's generator (SplitMix64 output i from state0), and the same
+ * as u in [0, 1): what the random recipes are made of. */
+uint64_t synth_draw(const synth_tensor *t, uint64_t i);
+double synth_unit(const synth_tensor *t, uint64_t i);
+
+/* ---- oracle.c ---- */
+/* Give the oracle's constructed tensors their role (by name); the others
+ * keep tiny's recipes.  Called by synth_tensors_build for the preset. */
+void synth_oracle_tag(const synth_config *cfg, synth_tensors *ts);
+/* SYNTH_INIT_ORACLE elements [first, first+count) of t into out. */
+void synth_oracle_fill(const synth_tensor *t, uint64_t first, uint64_t count, uint8_t *out);
 
 /* ---- render.c ---- */
 /* The 8-byte length and the JSON header of tensors [lo, hi) into out. */

@@ -74,7 +74,6 @@ void synth_add(synth_builder *b, synth_init init, synth_dtype dt, unsigned ndim,
         t->shape[d] = shape[d];
         t->nbytes *= shape[d];
     }
-    t->used = ndim ? (uint32_t)shape[0] : 1;
     t->shard = (uint16_t)b->shard;
     ts->count++;
 }
@@ -102,7 +101,7 @@ static void layer_kda(synth_builder *b, const synth_config *c, int i)
     /* K3 stores A_log zero-padded past num_heads ([128] for 96 heads). */
     VEC(b, SYNTH_INIT_A_LOG, SYNTH_F32, alog, PFX "model.layers.%d.self_attn.A_log", i);
     if (!b->rc)
-        b->ts->t[b->ts->count - 1].used = (uint32_t)c->kda_heads;
+        b->ts->t[b->ts->count - 1].used = (uint16_t)c->kda_heads;
     VEC(b, SYNTH_INIT_DT_BIAS, SYNTH_F32, p, PFX "model.layers.%d.self_attn.dt_bias", i);
     VEC(b, SYNTH_INIT_NORM, SYNTH_F32, hd, PFX "model.layers.%d.self_attn.o_norm.weight", i);
 }
@@ -241,6 +240,8 @@ int synth_tensors_build(const synth_config *c, synth_tensors *ts, shoal_err *err
         synth_tensors_free(ts);
         return b.rc;
     }
+    if (c->preset == SYNTH_PRESET_ORACLE)
+        synth_oracle_tag(c, ts);
     qsort_r(ts->t, ts->count, sizeof *ts->t, file_order_cmp, ts->names.data);
     uint64_t off = 0;
     for (size_t i = 0; i < ts->count; i++) {

@@ -141,6 +141,16 @@ static void fill_f32(const synth_tensor *t, uint64_t first, uint64_t count, uint
     }
 }
 
+uint64_t synth_draw(const synth_tensor *t, uint64_t i)
+{
+    return mix(t->state0 + (i + 1) * SYNTH_GOLDEN);
+}
+
+double synth_unit(const synth_tensor *t, uint64_t i)
+{
+    return unit(synth_draw(t, i));
+}
+
 void synth_fill(const synth_tensor *t, uint64_t first, uint64_t count, uint8_t *out)
 {
     /* in = the last dimension: y = W·x with W [out, in]. */
@@ -152,6 +162,9 @@ void synth_fill(const synth_tensor *t, uint64_t first, uint64_t count, uint8_t *
     case SYNTH_INIT_PACKED8:
     case SYNTH_INIT_SCALE8:
         fill_packed8(t, first, count, out);
+        return;
+    case SYNTH_INIT_ORACLE:
+        synth_oracle_fill(t, first, count, out);
         return;
     case SYNTH_INIT_PACKED:
         for (uint64_t i = 0; i < count; i++)

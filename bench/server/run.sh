@@ -9,6 +9,12 @@
 #   server.sse_vs_run_tokens      the same per-token time vs `shoal-engine run
 #                                 --tokens` generating the same tokens (no
 #                                 target: another process, so noisier);
+#   server.stream_forward_vs_whole the forward pass's own time per token in a
+#                                 streamed request vs a whole (non-streamed)
+#                                 one of the same tokens, same server: what
+#                                 the per-token wake-ups of the loop thread and
+#                                 the SSE client cost the compute threads
+#                                 (docs/server.md "Measured");
 #   server.turn3_computed_tokens  tokens the third request of a three-turn
 #                                 chat computes, vs its prompt length.
 #   BENCH_SERVER_TOKENS (default 300): tokens per timed request.
@@ -45,9 +51,17 @@ U=$(sed -n 's/^listening on \(http:.*\)$/\1/p' "$T/server.log" | head -n 1)
 
 prompt=1,2,3,4,5,6,7,8
 body="{\"prompt\":[$prompt],\"max_tokens\":$N,\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true}}"
+whole="{\"prompt\":[$prompt],\"max_tokens\":$N,\"temperature\":0}"
 node bench/server/sse_client.js "$U/v1/completions" "$body" >/dev/null || exit 1     # warm-up
+fwd() {   # the last request's forward ms per token
+    curl -s "$U/health" | /usr/bin/python3 -c "import json,sys
+g=json.load(sys.stdin)['generation']; print(g['last_decode_model_ns']/1e6/g['last_completion_tokens'])"
+}
 best=
+fs=() fw=()
 for _ in 1 2 3; do
+    curl -s "$U/v1/completions" -d "$whole" >/dev/null || exit 1
+    fw+=("$(fwd)")
     c=$(node bench/server/sse_client.js "$U/v1/completions" "$body") || exit 1
     h=$(curl -s "$U/health")
     line=$(/usr/bin/python3 -c "import json,sys
@@ -55,6 +69,7 @@ c=dict(zip(*[iter(sys.argv[1].split())]*2)); g=json.loads(sys.argv[2])['generati
 n=int(c['tokens']); wall=float(c['last_ms']); model=(g['last_prefill_ns']+g['last_decode_model_ns'])/1e6
 print(n, wall/n, model/n, (wall-model)/n)" "$c" "$h") || exit 1
     echo "run: tokens, sse ms/token, model ms/token, overhead ms/token = $line"
+    fs+=("$(fwd)")
     ov=$(echo "$line" | awk '{print $4}')
     if [ -z "$best" ] || awk -v a="$ov" -v b="$(echo "$best" | awk '{print $4}')" 'BEGIN {exit !(a < b)}'; then best=$line; fi
 done
@@ -65,10 +80,14 @@ run_ms=$(/usr/bin/python3 -c "import json,sys
 t=json.loads(sys.argv[1])['timings']; n=len(json.loads(sys.argv[1])['tokens'])
 print((t['prefill_ms']+t['decode_ms'])/n)" "$runj") || { echo "bench/server: run --tokens failed"; exit 1; }
 
+median() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
+fsm=$(median "${fs[@]}")
+fwm=$(median "${fw[@]}")
 target=$(awk -v m="$model" 'BEGIN {printf "%.6g", (m + 1) / m}')
 record server.sse_ms_per_token "$sse" ms "forward pass per token, same requests" "$model" lower "$target"
 record server.sse_vs_run_tokens "$sse" ms "run --tokens per token, same tokens" "$run_ms" lower 0
 echo "server overhead per streamed token: $ov ms (target < 1 ms)"
+record server.stream_forward_vs_whole "$fsm" ms "forward per token, whole request, same server" "$fwm" lower 0
 
 conv=$(node tests/clients/openai_conversation.js --base "$U/v1" --model tiny) || { echo "$conv"; exit 1; }
 echo "$conv"

@@ -36,6 +36,9 @@ int engine_cmd_prompt(int argc, char **argv);
  * weights.  engine/cli/cmd_plan.c. */
 int engine_cmd_plan(int argc, char **argv);
 
+/* shoal-engine info: version, the kernels' ISA, cores.  engine/cli/cmd_info.c. */
+int engine_cmd_info(int argc, char **argv);
+
 /* ---- the shared options (options.c) ------------------------------------------- */
 
 /* What every model-loading command takes: the load options (the plan's,

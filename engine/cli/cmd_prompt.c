@@ -10,6 +10,14 @@
  * message (after --system if given), rendered in K3's chat format; the
  * response goes to stdout and, in thinking mode, the reasoning to stderr
  * (so stdout holds the answer alone).
+ *
+ * On a terminal (docs/chat.md, "From the terminal"): stderr marks the
+ * reasoning with a dim "thinking" header and the answer with a rule
+ * before it (plain, without colour, under NO_COLOR), and control
+ * characters the model produced (all but \n and \t, C1 controls too) are
+ * shown escaped, so a reply cannot move the cursor or retitle the window.
+ * Where stdout or stderr is not a terminal, its bytes are the model's, as
+ * they were, and no marker is added: scripts read the text itself.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -116,31 +124,69 @@ typedef struct out_ctx {
     chat_parser *parser;       /* chat */
     tokenizer_stream *ts;      /* raw */
     shoal_buf r, c;
-    size_t reasoning_bytes;
+    size_t reasoning_bytes, answer_bytes;
+    int tty_out, tty_err;      /* stdout / stderr is a terminal */
+    int color;                 /* ANSI dim for the reasoning (a terminal, no NO_COLOR) */
 } out_ctx;
+
+#define DIM "\033[2m"
+#define UNDIM "\033[22m"
+
+/* Write p[0..n) to f; on a terminal, control characters escaped (\n and \t
+ * pass): C0 and DEL as \xHH, C1 (U+0080..U+009F, C2 80..C2 9F in UTF-8) as
+ * \uHHHH.  The detokenizer never splits a character, so neither can a
+ * chunk. */
+static void term_write(FILE *f, const uint8_t *p, size_t n, int tty)
+{
+    size_t from = 0;
+    if (!tty) {
+        fwrite(p, 1, n, f);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int c0 = (p[i] < 0x20 && p[i] != '\n' && p[i] != '\t') || p[i] == 0x7f;
+        int c1 = p[i] == 0xC2 && i + 1 < n && p[i + 1] >= 0x80 && p[i + 1] <= 0x9F;
+        if (!c0 && !c1)
+            continue;
+        fwrite(p + from, 1, i - from, f);
+        if (c0)
+            fprintf(f, "\\x%02x", p[i]);
+        else
+            fprintf(f, "\\u%04x", p[++i]);
+        from = i + 1;
+    }
+    fwrite(p + from, 1, n - from, f);
+}
 
 static void print_bufs(out_ctx *oc)
 {
     if (oc->r.len) {
-        fwrite(oc->r.data, 1, oc->r.len, stderr);
+        if (oc->reasoning_bytes == 0 && oc->tty_err)
+            fputs(oc->color ? DIM "── thinking ──\n" : "── thinking ──\n", stderr);
+        term_write(stderr, oc->r.data, oc->r.len, oc->tty_err);
         fflush(stderr);
         oc->reasoning_bytes += oc->r.len;
     }
     if (oc->c.len) {
-        fwrite(oc->c.data, 1, oc->c.len, stdout);
+        if (oc->answer_bytes == 0 && oc->reasoning_bytes > 0 && oc->tty_err)
+            fputs(oc->color ? "\n" UNDIM "── answer ──\n" : "\n── answer ──\n", stderr);
+        fflush(stderr);
+        term_write(stdout, oc->c.data, oc->c.len, oc->tty_out);
         fflush(stdout);
+        oc->answer_bytes += oc->c.len;
     }
     shoal_buf_reset(&oc->r);
     shoal_buf_reset(&oc->c);
 }
 
-static int on_token(void *ctx, uint32_t id, int is_eos)
+static int on_token(void *ctx, const gen_token *t)
 {
     out_ctx *oc = ctx;
+    uint32_t id = t->id;
     shoal_err err;
     int rc = 0;
 
-    if (is_eos)
+    if (t->is_eos)
         return 0;
     if (oc->parser)
         rc = chat_parser_push(oc->parser, id, &oc->r, &oc->c, &err);
@@ -203,6 +249,10 @@ int engine_cmd_prompt(int argc, char **argv)
     }
     memset(&oc, 0, sizeof oc);
     oc.tok = gm.tok;
+    oc.tty_out = isatty(STDOUT_FILENO);
+    oc.tty_err = isatty(STDERR_FILENO);
+    /* the program's edge (https://no-color.org): lint: allow getenv */
+    oc.color = oc.tty_err && !(getenv("NO_COLOR") && getenv("NO_COLOR")[0]);   /* lint: allow */
     shoal_buf_init(&oc.r, 0);
     shoal_buf_init(&oc.c, 0);
     rc = build_prompt(&o, gm.tok, &ids, &err);
@@ -219,8 +269,8 @@ int engine_cmd_prompt(int argc, char **argv)
         rc = shoal_err_set(&err, SHOAL_ENOMEM, "out of memory");
     if (rc == 0) {
         gen_params_default(&gp);
-        gp.temperature = o.temperature;
-        gp.top_p = o.top_p;
+        gp.s.temperature = o.temperature;
+        gp.s.top_p = o.top_p;
         gp.seed = (uint64_t)o.seed;
         gp.has_seed = o.has_seed;
         gp.max_tokens = (size_t)o.max_tokens;
@@ -234,6 +284,8 @@ int engine_cmd_prompt(int argc, char **argv)
         else
             tokenizer_stream_flush(oc.ts, &oc.c);
         print_bufs(&oc);
+        if (oc.color && oc.reasoning_bytes && !oc.answer_bytes)
+            fputs(UNDIM, stderr);       /* the reasoning ran to the end */
         fputc('\n', stdout);
         if (o.c.stats)
             fprintf(stderr, "\nprompt %zu tokens, completion %zu tokens (%s); prefill %.3f s, "

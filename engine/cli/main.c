@@ -18,6 +18,7 @@ static void usage(FILE *f)
           "  serve MODEL ...                               OpenAI-compatible HTTP API\n"
           "  plan MODEL [--ram SIZE] [--context N] ...     the memory plan, no weights read\n"
           "  tokenize [MODEL_DIR] ...                      text <-> token ids\n"
+          "  info [--json]                                 version, kernels' ISA, cores\n"
           "\n"
           "  shoal-engine COMMAND --help   options of a command\n"
           "  shoal-engine --version\n", f);
@@ -46,6 +47,8 @@ int main(int argc, char **argv)
         printf("shoal-engine %s\n", SHOAL_VERSION);
         return 0;
     }
+    if (strcmp(argv[1], "info") == 0)
+        return engine_cmd_info(argc - 1, argv + 1);
     if (strcmp(argv[1], "tokenize") == 0)
         return engine_cmd_tokenize(argc - 1, argv + 1);
     if (strcmp(argv[1], "run") == 0)

@@ -275,6 +275,8 @@ void cli_progress(void *ctx, const char *phase, uint64_t done, uint64_t total)
     char a[32], b[32];
 
     (void)ctx;
+    if (done == 0 && total == 0)
+        return;          /* a step's name (for serve's /health): the plan block says enough */
     if (same && !end && now - ps->last_ns < 2000000000ull)
         return;
     if (!same && ps->tty && ps->phase[0])

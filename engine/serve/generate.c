@@ -1,8 +1,10 @@
-/* generate.c — the generator: state reuse, the prefill/decode loop,
- * sampling and the stop-sequence matcher (serve.h part 1 has the contract).
+/* generate.c — the generator: state reuse, the prefill/decode loop and
+ * the stop-sequence matcher (serve.h part 1 has the contract; the sampling
+ * chain itself is sample.c).
  *
- * Owns: two saved states (live, snap) with their ids and last logits.  Does
- * not own the forward pass (the backend) nor text (callers detokenize).
+ * Owns: two saved states (live, snap) with their ids and last logits, the
+ * scratch the sampling chain works in.  Does not own the forward pass (the
+ * backend) nor text (callers detokenize).
  *
  * Invariants:
  *   1. a slot's state has run exactly slot.ids (ids.n == its position);
@@ -31,113 +33,10 @@ struct generator {
     uint64_t run_ns;       /* time in backend runs, summed */
     gen_slot live, snap;
     uint32_t *scratch;     /* [n_vocab] for sampling */
+    float    *work;        /* [n_vocab] the logits after masking and penalties */
+    uint32_t *pen;         /* [n_vocab] zeroed, for gen_penalize */
     gen_stats st;
 };
-
-/* ---- PRNG and sampling ---------------------------------------------------------- */
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-void gen_rng_seed(gen_rng *r, uint64_t seed)
-{
-    for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&seed);
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-uint64_t gen_rng_next(gen_rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
-}
-
-double gen_rng_double(gen_rng *r)
-{
-    return (double)(gen_rng_next(r) >> 11) * 0x1.0p-53;
-}
-
-static uint32_t argmax(const float *l, uint32_t n)
-{
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (l[i] > l[best])
-            best = i;
-    return best;
-}
-
-/* Sorting context for qsort (candidates by logit, descending; ids break
- * ties so the order does not depend on qsort's). */
-static _Thread_local const float *t_sort_logits;
-
-static int by_logit_desc(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    float lx = t_sort_logits[x], ly = t_sort_logits[y];
-    if (lx != ly)
-        return lx > ly ? -1 : 1;
-    return x < y ? -1 : x > y;
-}
-
-uint32_t gen_sample(const float *logits, uint32_t n, double temperature, double top_p,
-                    gen_rng *r, uint32_t *scratch)
-{
-    uint32_t best, nc = 0;
-    double total = 0, mass = 0, u;
-    float cut;
-
-    best = argmax(logits, n);
-    if (temperature <= 0 || n == 1)
-        return best;
-    /* Ids more than 40 temperatures below the best weigh < e^-40 each:
-     * dropping them changes no draw a double can resolve, and keeps the
-     * sort short on a 163,840-id vocabulary. */
-    cut = logits[best] - (float)(40.0 * temperature);
-    for (uint32_t i = 0; i < n; i++)
-        if (logits[i] >= cut && isfinite(logits[i]))
-            scratch[nc++] = i;
-    t_sort_logits = logits;
-    qsort(scratch, nc, sizeof *scratch, by_logit_desc);
-    for (uint32_t i = 0; i < nc; i++)
-        total += exp((double)(logits[scratch[i]] - logits[best]) / temperature);
-    if (top_p < 1) {   /* top_p 0 keeps the single most likely id */
-        uint32_t keep = 0;
-        double acc = 0;
-        while (keep < nc) {
-            acc += exp((double)(logits[scratch[keep]] - logits[best]) / temperature) / total;
-            keep++;
-            if (acc >= top_p)
-                break;
-        }
-        nc = keep;
-        total = 0;
-        for (uint32_t i = 0; i < nc; i++)
-            total += exp((double)(logits[scratch[i]] - logits[best]) / temperature);
-    }
-    u = gen_rng_double(r) * total;
-    for (uint32_t i = 0; i < nc; i++) {
-        mass += exp((double)(logits[scratch[i]] - logits[best]) / temperature);
-        if (u < mass)
-            return scratch[i];
-    }
-    return scratch[nc - 1];
-}
 
 /* ---- slots ------------------------------------------------------------------------ */
 
@@ -219,7 +118,9 @@ int generator_new(const gen_backend *b, generator **out, shoal_err *err)
     g->live.logits = malloc(b->n_vocab * sizeof(float));
     g->snap.logits = malloc(b->n_vocab * sizeof(float));
     g->scratch = malloc(b->n_vocab * sizeof(uint32_t));
-    if (!g->live.logits || !g->snap.logits || !g->scratch) {
+    g->work = malloc(b->n_vocab * sizeof(float));
+    g->pen = calloc(b->n_vocab, sizeof(uint32_t));
+    if (!g->live.logits || !g->snap.logits || !g->scratch || !g->work || !g->pen) {
         generator_free(g);
         return shoal_err_set(err, SHOAL_ENOMEM, "generate: out of memory");
     }
@@ -243,6 +144,8 @@ void generator_free(generator *g)
     free(g->snap.ids);
     free(g->snap.logits);
     free(g->scratch);
+    free(g->work);
+    free(g->pen);
     free(g);
 }
 
@@ -256,7 +159,8 @@ void generator_stats(const generator *g, gen_stats *out)
 void gen_params_default(gen_params *p)
 {
     memset(p, 0, sizeof *p);
-    p->top_p = 1.0;
+    p->s.top_p = 1.0;
+    p->pen.repetition = 1.0;
 }
 
 const char *gen_finish_name(gen_finish f)
@@ -332,21 +236,53 @@ static int is_eos(const gen_params *p, uint32_t id)
     return 0;
 }
 
-/* Sample, report, feed back, until a stop. */
-static int decode_loop(generator *g, const gen_params *p, gen_rng *rng, gen_token_fn fn,
-                       void *ctx, gen_result *res, shoal_err *err)
+/* The logits the next id is sampled from: the model's, or a copy with
+ * the end ids masked (min_tokens) and the penalties applied (serve.h part
+ * 1, steps 1-3).  n_prompt: the prompt's ids at the front of live.ids. */
+static const float *next_logits(generator *g, const gen_params *p, size_t n_prompt, size_t done)
 {
+    const gen_penalties *pen = &p->pen;
+    int mask = done < p->min_tokens && p->n_eos > 0;
+    int penalize = (pen->repetition > 0 && pen->repetition != 1.0) || pen->presence != 0 ||
+                   pen->frequency != 0;
+
+    if (!mask && !penalize)
+        return g->live.logits;
+    memcpy(g->work, g->live.logits, g->b.n_vocab * sizeof(float));
+    if (mask)
+        for (size_t i = 0; i < p->n_eos; i++)
+            if (p->eos[i] < g->b.n_vocab)
+                g->work[p->eos[i]] = -INFINITY;
+    if (penalize)
+        gen_penalize(g->work, g->b.n_vocab, g->live.ids, g->live.n, g->live.n - n_prompt, pen,
+                     g->pen);
+    return g->work;
+}
+
+/* Sample, report, feed back, until a stop. */
+static int decode_loop(generator *g, const gen_params *p, size_t n_prompt, gen_rng *rng,
+                       gen_token_fn fn, void *ctx, gen_result *res, shoal_err *err)
+{
+    gen_alt top[GEN_TOP_LOGPROBS_MAX];
+
     for (;;) {
-        uint32_t id = gen_sample(g->live.logits, g->b.n_vocab, p->temperature, p->top_p, rng,
-                                 g->scratch);
-        int eos = is_eos(p, id), rc;
+        const float *l = next_logits(g, p, n_prompt, res->completion_tokens);
+        uint32_t id = gen_sample(l, g->b.n_vocab, &p->s, rng, g->scratch);
+        gen_token t = { .id = id, .is_eos = is_eos(p, id) };
+        int rc;
         size_t done;
 
+        if (p->logprobs) {
+            double lse = gen_logsumexp(l, g->b.n_vocab);
+            t.logprob = (float)((double)l[id] - lse);
+            t.n_top = gen_top_logprobs(l, g->b.n_vocab, lse, (size_t)p->top_logprobs, top);
+            t.top = top;
+        }
         res->completion_tokens++;
-        rc = fn ? fn(ctx, id, eos) : 0;
+        rc = fn ? fn(ctx, &t) : 0;
         if (rc < 0)
             return rc;
-        if (eos || rc == 1) {
+        if (t.is_eos || rc == 1) {
             res->finish = GEN_FINISH_STOP;
             return 0;
         }
@@ -408,7 +344,7 @@ int generator_run(generator *g, const uint32_t *prompt, size_t n, const gen_para
     take_snapshot(g);
     {
         uint64_t run0 = g->run_ns;
-        rc = decode_loop(g, p, &rng, fn, ctx, res, err);
+        rc = decode_loop(g, p, n, &rng, fn, ctx, res, err);
         res->decode_model_ns = g->run_ns - run0;
     }
     g->st.completion_tokens += res->completion_tokens;

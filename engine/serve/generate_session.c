@@ -119,21 +119,33 @@ static int remote_tokenizer(gen_model *gm, shoal_err *err)
     return rc;
 }
 
+void gen_model_load_options(const gen_model_options *o, engine_load_options *out)
+{
+    if (o->load) {
+        *out = *o->load;
+        return;
+    }
+    engine_load_options_default(out);
+    out->plan.threads = o->threads > 0 ? o->threads : 1;
+    out->plan.chunk = o->chunk ? o->chunk : 16;
+    out->plan.spine = o->spine_f32 ? K3_SPINE_F32 : -1;
+    out->home = o->home;
+}
+
+/* A step of the load without a measure (gen_model_options.load). */
+static void step(const engine_load_options *lo, const char *what)
+{
+    if (lo->progress)
+        lo->progress(lo->progress_ctx, what, 0, 0);
+}
+
 int gen_model_open(const char *dir, const gen_model_options *o, gen_model *out, shoal_err *err)
 {
     engine_load_options lo;
     int rc;
 
     memset(out, 0, sizeof *out);
-    if (o->load) {
-        lo = *o->load;
-    } else {
-        engine_load_options_default(&lo);
-        lo.plan.threads = o->threads > 0 ? o->threads : 1;
-        lo.plan.chunk = o->chunk ? o->chunk : 16;
-        lo.plan.spine = o->spine_f32 ? K3_SPINE_F32 : -1;
-        lo.home = o->home;
-    }
+    gen_model_load_options(o, &lo);
     lo.plan.copies = 2;                    /* live and snapshot (Reuse above) */
     if (!(out->load = calloc(1, sizeof *out->load))) {
         rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
@@ -145,6 +157,7 @@ int gen_model_open(const char *dir, const gen_model_options *o, gen_model *out, 
     out->model = out->load->model;
     out->src = out->load->src;
     out->remote = out->load->remote;
+    step(&lo, "loading the tokenizer");
     if ((rc = out->remote ? remote_tokenizer(out, err) : tokenizer_model_open(&out->tok, dir, err)))
         goto fail;
     if ((rc = gen_backend_session_new(out->model, &out->load->session, &out->backend, err)) != 0)
@@ -157,6 +170,16 @@ int gen_model_open(const char *dir, const gen_model_options *o, gen_model *out, 
 fail:
     gen_model_close(out);
     return rc;
+}
+
+int gen_model_ping(gen_model *gm, shoal_err *err)
+{
+    return gm->remote ? engine_remote_ping(gm->remote, err) : 0;
+}
+
+int gen_model_reconnect(gen_model *gm, shoal_err *err)
+{
+    return gm->remote ? engine_remote_reconnect(gm->remote, err) : 0;
 }
 
 void gen_model_close(gen_model *gm)

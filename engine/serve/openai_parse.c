@@ -10,7 +10,9 @@
  * null unknown field is not refused: it asks for nothing).
  * Fields we cannot honour are refused, never ignored: the allow-list below
  * is the whole contract, and a few OpenAI fields are accepted only at the
- * value that means "off" (n 1, echo false, logprobs false/null, penalties 0).
+ * value that asks for nothing, which off-the-shelf clients send as a matter
+ * of course (n 1, echo false, tools [], store false, response_format
+ * {"type": "text"}, ...): anything else in them is a 400 naming the field.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -99,6 +101,7 @@ typedef struct pctx {
     int has_max_tokens, has_max_completion;
     size_t max_tokens, max_completion;
     int has_stream_options;
+    int has_top_logprobs;
 } pctx;
 
 static int bad(pctx *c, const char *param, const char *fmt, ...)
@@ -268,27 +271,11 @@ static int f_stream_options(pctx *c, const char *k, shoal_json *v)
     return shoal_json_object_foreach(v, stream_opt, c) ? -1 : 0;
 }
 
-static int f_n(pctx *c, const char *k, shoal_json *v)
-{
-    int64_t x = 0;
-    if (want_int(c, k, v, 1, 128, &x))
-        return -1;
-    return x == 1 ? 0 : bad(c, k, "only n = 1 is supported");
-}
-
 static int f_user(pctx *c, const char *k, shoal_json *v)
 {
     /* An end-user id for the caller's own bookkeeping; it changes nothing
      * here, and that is what the API promises too. */
     return shoal_json_typeof(v) == SHOAL_JSON_STRING ? 0 : bad(c, k, "'user' must be a string");
-}
-
-static int f_zero(pctx *c, const char *k, shoal_json *v)
-{
-    double x = 0;
-    if (want_number(c, k, v, -2, 2, &x))
-        return -1;
-    return x == 0 ? 0 : bad(c, k, "'%s' is not supported (only 0)", k);
 }
 
 static int f_false(pctx *c, const char *k, shoal_json *v)
@@ -297,6 +284,152 @@ static int f_false(pctx *c, const char *k, shoal_json *v)
     if (want_bool(c, k, v, &b))
         return -1;
     return b ? bad(c, k, "'%s' is not supported (only false)", k) : 0;
+}
+
+/* ---- sampling fields ------------------------------------------------------------- */
+
+static int f_top_k(pctx *c, const char *k, shoal_json *v)
+{
+    int64_t x = 0;
+    /* -1 is vLLM's and 0 HF's way of saying "off" */
+    if (want_int(c, k, v, -1, 1 << 30, &x))
+        return -1;
+    c->r->top_k = x > 0 ? (uint32_t)x : 0;
+    return 0;
+}
+
+static int f_min_p(pctx *c, const char *k, shoal_json *v)
+{
+    return want_number(c, k, v, 0, 1, &c->r->min_p);
+}
+
+static int f_repetition_penalty(pctx *c, const char *k, shoal_json *v)
+{
+    if (want_number(c, k, v, 0, 100, &c->r->repetition_penalty))
+        return -1;
+    return c->r->repetition_penalty > 0 ? 0 : bad(c, k, "'%s' must be above 0 (1 is off)", k);
+}
+
+static int f_penalty(pctx *c, const char *k, shoal_json *v)
+{
+    return want_number(c, k, v, -2, 2, k[0] == 'p' ? &c->r->presence_penalty
+                                                   : &c->r->frequency_penalty);
+}
+
+static int f_min_tokens(pctx *c, const char *k, shoal_json *v)
+{
+    int64_t x = 0;
+    if (want_int(c, k, v, 0, INT32_MAX, &x))
+        return -1;
+    c->r->min_tokens = (size_t)x;
+    return 0;
+}
+
+static int f_stop_token_ids(pctx *c, const char *k, shoal_json *v)
+{
+    openai_request *r = c->r;
+    size_t n;
+    if (shoal_json_typeof(v) != SHOAL_JSON_ARRAY)
+        return bad(c, k, "'stop_token_ids' must be an array of token ids");
+    if ((n = shoal_json_array_size(v)) > OPENAI_MAX_STOP_IDS)
+        return bad(c, k, "'stop_token_ids' holds at most %d ids", OPENAI_MAX_STOP_IDS);
+    for (size_t i = 0; i < n; i++) {
+        shoal_json *x = shoal_json_array_at(v, i);
+        int64_t id;
+        if (shoal_json_typeof(x) != SHOAL_JSON_INT || (id = shoal_json_int_value(x)) < 0 ||
+            id > UINT32_MAX)
+            return bad(c, k, "'stop_token_ids' must be an array of token ids");
+        r->stop_ids[i] = (uint32_t)id;
+    }
+    r->n_stop_ids = n;
+    return 0;
+}
+
+/* chat: logprobs is a boolean; completions: the number of alternatives
+ * (0..20: OpenAI stops at 5, vLLM at 20), false meaning none asked */
+static int f_logprobs(pctx *c, const char *k, shoal_json *v)
+{
+    int64_t x = 0;
+    if (c->r->kind == OPENAI_CHAT)
+        return want_bool(c, k, v, &c->r->logprobs);
+    if (shoal_json_typeof(v) == SHOAL_JSON_BOOL) {
+        int b = 0;
+        want_bool(c, k, v, &b);
+        return b ? bad(c, k, "'logprobs' of a completion is a count of alternatives per token "
+                             "(0..%d)", GEN_TOP_LOGPROBS_MAX) : 0;
+    }
+    if (want_int(c, k, v, 0, GEN_TOP_LOGPROBS_MAX, &x))
+        return -1;
+    c->r->logprobs = 1;
+    c->r->top_logprobs = (int)x;
+    return 0;
+}
+
+static int f_top_logprobs(pctx *c, const char *k, shoal_json *v)
+{
+    int64_t x = 0;
+    if (want_int(c, k, v, 0, GEN_TOP_LOGPROBS_MAX, &x))
+        return -1;
+    c->r->top_logprobs = (int)x;
+    c->has_top_logprobs = x > 0;
+    return 0;
+}
+
+/* ---- fields accepted at the value that asks for nothing -------------------------- */
+
+static int f_tools(pctx *c, const char *k, shoal_json *v)
+{
+    if (shoal_json_typeof(v) == SHOAL_JSON_ARRAY && shoal_json_array_size(v) == 0)
+        return 0;
+    return bad(c, k, "tools are not supported (only an empty 'tools' array)");
+}
+
+static int f_tool_choice(pctx *c, const char *k, shoal_json *v)
+{
+    const char *s = shoal_json_str_value(v);
+    if (s && (strcmp(s, "none") == 0 || strcmp(s, "auto") == 0))
+        return 0;    /* with no tools, both mean "answer in text" */
+    return bad(c, k, "tools are not supported ('tool_choice' may only be \"none\" or \"auto\")");
+}
+
+static int f_any_bool(pctx *c, const char *k, shoal_json *v)
+{
+    int b;
+    return want_bool(c, k, v, &b);   /* parallel_tool_calls: nothing to call */
+}
+
+static int meta_entry(const char *key, shoal_json *v, void *ctx)
+{
+    pctx *c = ctx;
+    (void)key;
+    return shoal_json_typeof(v) == SHOAL_JSON_STRING
+               ? 0 : bad(c, "metadata", "'metadata' values must be strings");
+}
+
+static int f_metadata(pctx *c, const char *k, shoal_json *v)
+{
+    /* the caller's own tags (OpenAI keeps them with stored completions; we
+     * store nothing, so they change nothing) */
+    if (shoal_json_typeof(v) != SHOAL_JSON_OBJECT || shoal_json_object_size(v) > 16)
+        return bad(c, k, "'metadata' must be an object of at most 16 strings");
+    return shoal_json_object_foreach(v, meta_entry, c) ? -1 : 0;
+}
+
+static int f_response_format(pctx *c, const char *k, shoal_json *v)
+{
+    shoal_json *t = shoal_json_get(v, "type");
+    if (shoal_json_typeof(v) == SHOAL_JSON_OBJECT && shoal_json_object_size(v) == 1 && t &&
+        shoal_json_typeof(t) == SHOAL_JSON_STRING && strcmp(shoal_json_str_value(t), "text") == 0)
+        return 0;
+    return bad(c, k, "only 'response_format' {\"type\": \"text\"} is supported");
+}
+
+static int f_one(pctx *c, const char *k, shoal_json *v)
+{
+    int64_t x = 0;
+    if (want_int(c, k, v, 1, 128, &x))
+        return -1;
+    return x == 1 ? 0 : bad(c, k, "only %s = 1 is supported", k);
 }
 
 /* ---- chat fields ------------------------------------------------------------------ */
@@ -369,6 +502,10 @@ static int msg_field(const char *key, shoal_json *v, void *ctx)
         return 0;
     if (shoal_json_typeof(v) == SHOAL_JSON_NULL &&
         (strcmp(key, "name") == 0 || strcmp(key, "tool_calls") == 0 || strcmp(key, "refusal") == 0))
+        return 0;
+    /* what a client's own history holds after a reply without tool calls */
+    if (strcmp(key, "tool_calls") == 0 && shoal_json_typeof(v) == SHOAL_JSON_ARRAY &&
+        shoal_json_array_size(v) == 0)
         return 0;
     snprintf(param, sizeof param, "messages[%zu].%s", m->i, key);
     return bad(m->c, param, "Unrecognized message field: '%s' is not supported", key);
@@ -484,13 +621,6 @@ static int f_prompt(pctx *c, const char *k, shoal_json *v)
     return 0;
 }
 
-static int f_logprobs_off(pctx *c, const char *k, shoal_json *v)
-{
-    if (shoal_json_typeof(v) == SHOAL_JSON_BOOL)
-        return f_false(c, k, v);
-    return bad(c, k, "'%s' is not supported", k);
-}
-
 /* ---- dispatch -------------------------------------------------------------------- */
 
 typedef int (*field_fn)(pctx *c, const char *key, shoal_json *v);
@@ -517,12 +647,25 @@ static const field FIELDS[] = {
     { "stream", f_stream, CHAT | COMP },
     { "ignore_eos", f_ignore_eos, CHAT | COMP },
     { "stream_options", f_stream_options, CHAT | COMP },
-    { "n", f_n, CHAT | COMP },
+    { "n", f_one, CHAT | COMP },
+    { "best_of", f_one, COMP },
     { "user", f_user, CHAT | COMP },
-    { "frequency_penalty", f_zero, CHAT | COMP },
-    { "presence_penalty", f_zero, CHAT | COMP },
-    { "logprobs", f_logprobs_off, CHAT | COMP },
+    { "top_k", f_top_k, CHAT | COMP },
+    { "min_p", f_min_p, CHAT | COMP },
+    { "repetition_penalty", f_repetition_penalty, CHAT | COMP },
+    { "frequency_penalty", f_penalty, CHAT | COMP },
+    { "presence_penalty", f_penalty, CHAT | COMP },
+    { "min_tokens", f_min_tokens, CHAT | COMP },
+    { "stop_token_ids", f_stop_token_ids, CHAT | COMP },
+    { "logprobs", f_logprobs, CHAT | COMP },
+    { "top_logprobs", f_top_logprobs, CHAT },
     { "echo", f_false, COMP },
+    { "store", f_false, CHAT },
+    { "metadata", f_metadata, CHAT },
+    { "tools", f_tools, CHAT },
+    { "tool_choice", f_tool_choice, CHAT },
+    { "parallel_tool_calls", f_any_bool, CHAT },
+    { "response_format", f_response_format, CHAT },
     { "reasoning_effort", f_reasoning_effort, CHAT },
     { "chat_template_kwargs", f_template_kwargs, CHAT },
 };
@@ -554,6 +697,7 @@ int openai_request_parse(openai_kind kind, const char *body, size_t len, openai_
     memset(r, 0, sizeof *r);
     r->kind = kind;
     r->top_p = 1.0;
+    r->repetition_penalty = 1.0;
     r->thinking = 1;
     snprintf(r->effort, sizeof r->effort, "max");
     root = shoal_json_parse(body, len, &jerr);
@@ -571,6 +715,8 @@ int openai_request_parse(openai_kind kind, const char *body, size_t len, openai_
         rc = bad(&c, "prompt", "Missing required parameter: 'prompt'");
     if (rc == 0 && c.has_stream_options && !r->stream)
         rc = bad(&c, "stream_options", "'stream_options' is only allowed when 'stream' is true");
+    if (rc == 0 && c.has_top_logprobs && !r->logprobs)
+        rc = bad(&c, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
     if (rc == 0) {
         if (c.has_max_completion)
             r->max_tokens = c.max_completion;
@@ -578,6 +724,9 @@ int openai_request_parse(openai_kind kind, const char *body, size_t len, openai_
             r->max_tokens = c.max_tokens;
         else if (kind == OPENAI_COMPLETION)
             r->max_tokens = 16;     /* the completions API's documented default */
+        if (r->max_tokens && r->min_tokens > r->max_tokens)
+            rc = bad(&c, "min_tokens", "'min_tokens' (%zu) is above the most tokens asked for (%zu)",
+                     r->min_tokens, r->max_tokens);
     }
     shoal_json_free(root);
     if (rc != 0)

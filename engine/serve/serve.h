@@ -5,7 +5,7 @@
  * (engine/cli/) uses it.
  *
  * Three parts, each with its own contract below:
- *   1. generation   generate.c, generate_session.c
+ *   1. generation   generate.c, sample.c, generate_session.c
  *   2. the OpenAI API's data   openai_parse.c, openai_reply.c
  *   3. the HTTP server         server.c, server_worker.c
  */
@@ -27,8 +27,9 @@
  * sequences on text; conversation-state reuse.
  *
  * Owns: the generator (the saved conversation states and their token ids),
- * sampling (greedy, temperature, top-p, a seeded PRNG), cancellation, the
- * stop-sequence matcher.  Does not own the forward pass: it drives a
+ * sampling (sample.c: greedy, temperature, top-k, top-p, min-p, penalties,
+ * log-probabilities, a seeded PRNG), cancellation, the stop-sequence
+ * matcher.  Does not own the forward pass: it drives a
  * backend (gen_backend_ops), normally an engine_session (generate_session.c),
  * and in tests a toy model.  Does not own chat rendering nor detokenizing
  * (engine/text/text.h).
@@ -45,11 +46,25 @@
  * that a conversation normally extends.  States cannot be rewound (KDA is
  * recurrent), so a prompt that diverges inside a saved state starts over.
  *
- * Sampling.  temperature 0: argmax (lowest id on ties).  Otherwise softmax
- * of logits/temperature restricted to the smallest set of most likely ids
- * whose mass reaches top_p, then one draw.  The PRNG is xoshiro256**
- * seeded by four splitmix64 outputs from `seed`; a draw is
- * (next() >> 11) * 2^-53.  The same seed, prompt and backend give the same
+ * Sampling, in this order, on a copy of the model's logits for the next
+ * position (docs/server.md, "Sampling"):
+ *   1. min_tokens: the end ids (eos and stop ids) get -inf until
+ *      min_tokens ids were generated;
+ *   2. repetition penalty r (HF/vLLM): a logit l of an id that occurs in
+ *      the prompt or the output becomes l / r when l > 0, l * r otherwise;
+ *   3. frequency and presence penalties (OpenAI): l -= frequency * c +
+ *      presence * (c > 0), c the id's count in the output so far;
+ *   4. logprobs are the log-softmax of these logits (after 1-3, before
+ *      temperature and truncation: defined for greedy decoding too, and the
+ *      model's own distribution when no penalty is set);
+ *   5. temperature 0: argmax (lowest id on ties).  Otherwise weights
+ *      exp((l - max) / temperature), then top_k (the k heaviest), top_p (the
+ *      smallest prefix whose mass reaches top_p; 0 keeps one id), min_p
+ *      (ids whose weight is at least min_p times the heaviest), each on the
+ *      renormalised result of the step before, then one draw.
+ * The PRNG is xoshiro256** seeded by four splitmix64 outputs from `seed`;
+ * a draw is (next() >> 11) * 2^-53, one per sampled token (none when
+ * greedy).  The same seed, prompt, parameters and backend give the same
  * tokens.
  *
  * Thread safety: a generator is used by one thread at a time; `cancel` may
@@ -86,14 +101,35 @@ typedef struct generator generator;
 int generator_new(const gen_backend *b, generator **out, shoal_err *err);
 void generator_free(generator *g);
 
-typedef struct gen_params {
+/* Truncation and temperature (steps 5 above). */
+typedef struct gen_sampling {
     double   temperature;      /* 0: greedy */
-    double   top_p;            /* (0, 1]; 1: off */
+    uint32_t top_k;            /* 0: off */
+    double   top_p;            /* [0, 1]; 1: off */
+    double   min_p;            /* [0, 1]; 0: off */
+} gen_sampling;
+
+/* Steps 2 and 3 above. */
+typedef struct gen_penalties {
+    double repetition;         /* > 0; 1: off */
+    double presence;           /* 0: off */
+    double frequency;          /* 0: off */
+} gen_penalties;
+
+#define GEN_TOP_LOGPROBS_MAX 20    /* OpenAI's limit on top_logprobs */
+
+typedef struct gen_params {
+    gen_sampling  s;
+    gen_penalties pen;
     uint64_t seed;
     int      has_seed;         /* 0: seed from the clock */
     size_t   max_tokens;       /* 0: until eos or the context is full */
-    const uint32_t *eos;       /* ids that end the reply (passed to the callback) */
+    size_t   min_tokens;       /* the end ids are masked until this many were generated */
+    const uint32_t *eos;       /* ids that end the reply: the eos and any stop ids
+                                  (passed to the callback, which adds no text) */
     size_t   n_eos;
+    int      logprobs;         /* 1: each token's log-probability to the callback */
+    int      top_logprobs;     /* with logprobs: that many alternatives, 0..20 */
     size_t   prefill_step;     /* prompt ids per backend call (cancellation
                                   granularity); 0: 64 */
     atomic_int *cancel;        /* may be NULL; non-zero stops at the next step */
@@ -120,10 +156,24 @@ typedef struct gen_result {
                                       rest: sampling and the callbacks) */
 } gen_result;
 
-/* Called with each sampled id (is_eos: it is one of params.eos, the last
- * call).  Return 0 to go on, 1 to stop here (finish "stop"), or a negative
- * code to fail the run with it. */
-typedef int (*gen_token_fn)(void *ctx, uint32_t id, int is_eos);
+/* An id and its log-probability (step 4 above). */
+typedef struct gen_alt {
+    uint32_t id;
+    float    logprob;
+} gen_alt;
+
+/* What the callback gets for each sampled id; pointers live for the call. */
+typedef struct gen_token {
+    uint32_t id;
+    int      is_eos;           /* one of params.eos: the last call */
+    float    logprob;          /* with params.logprobs, else 0 */
+    const gen_alt *top;        /* params.top_logprobs alternatives, most likely first */
+    size_t   n_top;
+} gen_token;
+
+/* Called with each sampled id.  Return 0 to go on, 1 to stop here (finish
+ * "stop"), or a negative code to fail the run with it. */
+typedef int (*gen_token_fn)(void *ctx, const gen_token *t);
 
 /* Run prompt[0..n) (n >= 1) and generate.  res is filled on success and on
  * failure as far as it got.  0, or SHOAL_EINVAL (empty prompt),
@@ -152,10 +202,23 @@ void gen_rng_seed(gen_rng *r, uint64_t seed);
 uint64_t gen_rng_next(gen_rng *r);
 double gen_rng_double(gen_rng *r);       /* [0, 1) */
 
-/* Pick an id from logits[0..n) as described above; scratch needs n
- * entries.  Greedy when temperature <= 0. */
-uint32_t gen_sample(const float *logits, uint32_t n, double temperature, double top_p,
-                    gen_rng *r, uint32_t *scratch);
+/* Pick an id from logits[0..n) as step 5 above describes; scratch needs n
+ * entries.  Greedy when s->temperature <= 0 (no draw). */
+uint32_t gen_sample(const float *logits, uint32_t n, const gen_sampling *s, gen_rng *r,
+                    uint32_t *scratch);
+
+/* Steps 2-3 on logits[0..n_vocab) in place: hist[0..n) are the ids so far,
+ * of which the last n_out were generated.  work: n_vocab zeroed entries,
+ * left zeroed.  Ids of hist must be < n_vocab. */
+void gen_penalize(float *logits, uint32_t n_vocab, const uint32_t *hist, size_t n, size_t n_out,
+                  const gen_penalties *p, uint32_t *work);
+
+/* Step 4: the log-sum-exp of logits[0..n) (-inf entries weigh nothing), and
+ * the k (<= GEN_TOP_LOGPROBS_MAX) most likely ids with their
+ * log-probabilities into top (ties: the lower id first).  Returns the
+ * log-sum-exp; logprob(id) = logits[id] - it. */
+double gen_logsumexp(const float *logits, uint32_t n);
+size_t gen_top_logprobs(const float *logits, uint32_t n, double lse, size_t k, gen_alt *top);
 
 /* ---- stop sequences ------------------------------------------------------------ */
 
@@ -216,15 +279,29 @@ typedef struct gen_model_options {
     int    spine_f32;          /* 1: f32 spine and exact experts */
     const char *home;          /* shoald's home for an hf:// model (engine/source/source.h) */
     /* every load option (the plan's, shoald's, the forward pass's); when
-     * set, the four fields above are not used */
+     * set, the four fields above are not used.  Its `progress` is told
+     * each step of the load: a step's name with done = total = 0
+     * ("loading the tokenizer"), and the measured ones of a spine pack
+     * being built (engine/forward/forward.h engine_progress_fn). */
     const struct engine_load_options *load;
 } gen_model_options;
+
+/* The load options gen_model_open uses for `o`: *o->load, or the defaults
+ * with the four fields above. */
+void gen_model_load_options(const gen_model_options *o, struct engine_load_options *out);
 
 /* `dir` is a model directory, or hf://org/name[@rev] read through the
  * shoald of o->home.  0 or a negative code with err naming what failed; out is zeroed on
  * failure.  Close with gen_model_close (accepts a zeroed one). */
 int gen_model_open(const char *dir, const gen_model_options *o, gen_model *out, shoal_err *err);
 void gen_model_close(gen_model *gm);
+
+/* An hf:// model's daemon connection (engine/source/source.h): a round
+ * trip that says the daemon still answers, and the replacement of a lost
+ * connection.  Both 0 for a local model; otherwise 0 or the failure.  On
+ * the thread that generates, between runs. */
+int gen_model_ping(gen_model *gm, shoal_err *err);
+int gen_model_reconnect(gen_model *gm, shoal_err *err);
 
 /* ---- 2. the OpenAI API ----------------------------------------------------
  *
@@ -243,6 +320,7 @@ void gen_model_close(gen_model *gm);
  */
 
 #define OPENAI_MAX_STOP 4
+#define OPENAI_MAX_STOP_IDS 32
 #define OPENAI_EFFORT_MAX 16
 
 typedef enum openai_kind { OPENAI_CHAT = 0, OPENAI_COMPLETION = 1 } openai_kind;
@@ -273,12 +351,22 @@ typedef struct openai_request {
     size_t      n_prompt_ids;
     /* sampling and limits */
     size_t      max_tokens;        /* 0: not given */
+    size_t      min_tokens;        /* 0: not given; <= max_tokens when both are */
     double      temperature;       /* default 0 (greedy) */
     double      top_p;             /* default 1 */
+    uint32_t    top_k;             /* 0: off (the API's -1 too) */
+    double      min_p;             /* default 0 */
+    double      repetition_penalty;    /* default 1 */
+    double      presence_penalty, frequency_penalty;   /* default 0 */
     uint64_t    seed;
     int         has_seed;
     char       *stop[OPENAI_MAX_STOP];
     size_t      n_stop;
+    uint32_t    stop_ids[OPENAI_MAX_STOP_IDS];   /* stop_token_ids (range-checked later) */
+    size_t      n_stop_ids;
+    int         logprobs;          /* 1: log-probabilities in the reply */
+    int         top_logprobs;      /* alternatives per token, 0..20 (chat: top_logprobs;
+                                      completions: the value of logprobs) */
     int         stream;
     int         ignore_eos;     /* vLLM's extension: generation does not end at the eos */
     int         include_usage;     /* stream_options.include_usage */
@@ -310,6 +398,31 @@ void openai_request_free(openai_request *r);
 
 /* ---- replies -------------------------------------------------------------------- */
 
+/* One generated token's log-probability and its alternatives, for a
+ * reply's "logprobs" (docs/server.md).  bytes are borrowed (from the
+ * tokenizer) and must live until the reply is built. */
+typedef struct openai_lp_alt {
+    const uint8_t *bytes;
+    size_t         n;
+    float          logprob;        /* -inf is sent as -9999.0, as OpenAI does */
+} openai_lp_alt;
+
+typedef struct openai_lp_token {
+    openai_lp_alt tok;
+    size_t        text_offset;     /* completions: where its text starts in the text */
+    size_t        n_top;
+    openai_lp_alt top[GEN_TOP_LOGPROBS_MAX];
+} openai_lp_token;
+
+/* A growable list of them; start zeroed, openai_lp_list_free. */
+typedef struct openai_lp_list {
+    openai_lp_token *v;
+    size_t n, cap;
+} openai_lp_list;
+
+int openai_lp_push(openai_lp_list *l, const openai_lp_token *t);   /* 0 or SHOAL_ENOMEM */
+void openai_lp_list_free(openai_lp_list *l);
+
 /* What a reply needs besides the text. */
 typedef struct openai_reply_info {
     const char *id;                /* "chatcmpl-..." / "cmpl-..." */
@@ -317,6 +430,11 @@ typedef struct openai_reply_info {
     int64_t     created;           /* Unix seconds */
     size_t      prompt_tokens, completion_tokens, cached_tokens;
     const char *finish_reason;     /* "stop", "length" or NULL (not finished) */
+    /* log-probabilities of the tokens the reply or chunk covers; NULL:
+     * not asked for ("logprobs": null).  Chat: lp those of the answer
+     * ("content"), lp_reasoning those of the reasoning (sent as
+     * "reasoning_content" beside it, when not NULL); completions: lp. */
+    const openai_lp_list *lp, *lp_reasoning;
 } openai_reply_info;
 
 /* Whole responses: chat.completion (reasoning may be NULL: no
@@ -348,44 +466,54 @@ int openai_models_json(const char *model, int64_t created, shoal_buf *out);
  *
  * the OpenAI-compatible HTTP server (docs/server.md).
  *
- * Owns: the libevent HTTP loop (evhttp) on the caller's thread, one worker
- * thread that runs generations one at a time, the bounded FIFO of waiting
- * requests, API-key checks, disconnect detection and cancellation, server
- * statistics, clean shutdown on SIGINT/SIGTERM.  Does not own the model,
- * the tokenizer nor the generator (all borrowed), nor request parsing
- * (part 2).
+ * Owns: the listening socket and every connection (a cap, header and body
+ * limits and deadlines, accept back-off), the libevent HTTP loop (evhttp)
+ * on the caller's thread, one worker thread that binds the model once the
+ * port is open and then runs generations one at a time, the bounded FIFO
+ * of waiting requests, API-key checks, disconnect detection and
+ * cancellation, the daemon connection of an hf:// model (probes and
+ * reconnection), statistics (/health, /metrics), /tokenize and
+ * /detokenize, clean shutdown on SIGINT/SIGTERM.  Does not own request
+ * parsing (part 2) nor generation (part 1).
  */
 
 typedef struct server_config {
     const char *host;          /* "127.0.0.1" */
     int         port;          /* 8000; 0 picks a free port */
-    const char *api_key;       /* NULL: no key needed */
+    const char *api_key;       /* NULL: no key needed.  Compared in constant
+                                  time, never logged */
     size_t      queue;         /* waiting requests beyond the running one (16) */
     size_t      max_body;      /* request bodies above this get 413 (4 MiB) */
+    size_t      max_header;    /* request line + headers above this get 413 (32 KiB) */
+    int         request_timeout_s;  /* a request's header and body arrive within this,
+                                       from the connection's start or its last reply (60) */
+    int         idle_timeout_s;     /* no byte moved while reading or writing (30) */
+    size_t      max_connections;    /* open connections; beyond, new ones wait in the
+                                       kernel's backlog (256) */
     const char *model_name;    /* the id /v1/models lists and requests may name */
+    const char *model;         /* what the worker opens (gen_model_open) once the
+                                  port is open: a directory or hf://org/name[@rev] */
+    gen_model_options model_opt;
     size_t      prefill_step;  /* prompt ids per forward call (cancellation
                                   granularity); 0: 64 */
-    /* Called once the socket listens, with the bound port (for a caller
-     * that prints where it is).  May be NULL. */
+    /* Called once the model is bound and requests are served, with the
+     * bound port (for a caller that prints where it is).  May be NULL. */
     void (*on_listen)(void *ctx, const char *host, int port);
     void *on_listen_ctx;
 } server_config;
 
 void server_config_default(server_config *c);
 
-/* What generation needs, borrowed for the server's life.  gen is used by
- * the worker thread only. */
-typedef struct server_model {
-    const tokenizer *tok;
-    generator       *gen;
-    uint32_t         n_vocab;  /* ids the model accepts */
-    size_t           n_ctx;    /* positions */
-    uint32_t         eos;      /* <|end_of_msg|> */
-} server_model;
+/* Does a request's "model" name the served id?  The id itself, or its last
+ * path component when the id is a repo name ("Kimi-K3" for
+ * "moonshotai/Kimi-K3"), or the repo name with an hf:// prefix or an @rev
+ * suffix.  1 or 0. */
+int server_model_matches(const char *served, const char *asked);
 
-/* Serve until SIGINT or SIGTERM (the handlers are installed for the call).
- * 0 after a clean shutdown, or a negative code (cannot bind: SHOAL_EIO,
- * with the address in err). */
-int server_run(const server_config *cfg, const server_model *m, shoal_err *err);
+/* Open the port, bind the model on the worker, serve until SIGINT or
+ * SIGTERM (the handlers are installed for the call).  0 after a clean
+ * shutdown, or a negative code: cannot bind (SHOAL_EIO, with the address in
+ * err), or the model did not open (its error). */
+int server_run(const server_config *cfg, shoal_err *err);
 
 #endif

@@ -179,8 +179,9 @@ typedef struct req {
 } req;
 
 typedef struct shoald_src {
-    shoal_client *client;      /* borrowed */
-    uint32_t handle;
+    expert_source_shoald_link own;   /* the link of expert_source_shoald_new */
+    const expert_source_shoald_link *link;   /* borrowed: the client and handle */
+    uint64_t epoch;            /* the link's epoch the open GETs belong to */
     expert_source_shoald_options o;
     size_t quota;              /* experts kept per layer */
     slot *slots;               /* [n_layers][experts_per_layer] */
@@ -618,8 +619,8 @@ static int pump(shoald_src *s, int blocking, shoal_err *err)
     shoal_item it;
     size_t at;
     req *r;
-    int rc = blocking ? shoal_client_next(s->client, s->o.timeout_ms, &it, err)
-                      : shoal_client_poll_item(s->client, &it, err);
+    int rc = blocking ? shoal_client_next(s->link->client, s->o.timeout_ms, &it, err)
+                      : shoal_client_poll_item(s->link->client, &it, err);
 
     if (rc != 0)
         return rc;
@@ -686,7 +687,7 @@ static int send_get(shoald_src *s, int layer, const int32_t *ids, size_t n, int 
     for (size_t i = 0; i < n; i++)
         k[i] = (shoal_key){ .kind = SHOAL_KEY_EXPERT, .layer = (uint16_t)layer,
                             .expert = (uint32_t)ids[i] };
-    rc = shoal_client_get_send(s->client, s->handle, prefetch, k, n, &id, err);
+    rc = shoal_client_get_send(s->link->client, s->link->handle, prefetch, k, n, &id, err);
     if (k != keys)
         free(k);
     if (rc != 0)
@@ -726,6 +727,25 @@ static int check_ids(shoald_src *s, int layer, const int32_t *ids, size_t n, sho
     return 0;
 }
 
+/* The link was given a new connection (source.h): the GETs open on the old
+ * one will never answer.  Forget them, and what slots expected of them;
+ * resident experts stay (their bytes outlive the connection). */
+static void link_follow(shoald_src *s)
+{
+    size_t nslots = (size_t)s->o.n_layers * (size_t)s->o.experts_per_layer;
+    if (s->epoch == s->link->epoch)
+        return;
+    for (size_t i = 0; i < s->n_reqs; i++)
+        free(s->reqs[i].ids);
+    s->n_reqs = 0;
+    for (size_t i = 0; i < nslots; i++) {
+        s->slots[i].inflight = 0;
+        s->slots[i].demand = 0;
+        s->slots[i].status = 0;
+    }
+    s->epoch = s->link->epoch;
+}
+
 /* Ask for what is neither resident nor (for demand: demanded already;
  * for a prefetch: in flight at all). */
 static int shoald_request(void *impl, int layer, const int32_t *ids, size_t n, int prefetch,
@@ -738,6 +758,7 @@ static int shoald_request(void *impl, int layer, const int32_t *ids, size_t n, i
 
     if (!want)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    link_follow(s);
     if (!prefetch) {
         pthread_mutex_lock(&s->io.mu);
         io_demand_begin(&s->io);
@@ -764,7 +785,7 @@ static int shoald_request(void *impl, int layer, const int32_t *ids, size_t n, i
     for (size_t i = 0; i < s->n_reqs; i++)
         if (s->reqs[i].layer == layer && s->reqs[i].prefetch && !s->reqs[i].cancelled) {
             s->reqs[i].cancelled = 1;
-            shoal_client_cancel(s->client, s->reqs[i].id, NULL);
+            shoal_client_cancel(s->link->client, s->reqs[i].id, NULL);
         }
     for (size_t i = 0; i < n; i++)
         slot_at(s, layer, ids[i])->wanted = 1;
@@ -886,8 +907,8 @@ static void report(shoald_src *s, int force)
         return;
     snprintf(json, sizeof json, "{\"tier\":\"ram\",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64
              ",\"bytes\":%" PRIu64 ",\"handle\":%u}", s->ram_hits - s->rep_hits,
-             s->ram_misses - s->rep_misses, s->ram_bytes_hit - s->rep_bytes, s->handle);
-    if (shoal_client_report(s->client, json, NULL) == 0) {
+             s->ram_misses - s->rep_misses, s->ram_bytes_hit - s->rep_bytes, s->link->handle);
+    if (shoal_client_report(s->link->client, json, NULL) == 0) {
         s->rep_hits = s->ram_hits;
         s->rep_misses = s->ram_misses;
         s->rep_bytes = s->ram_bytes_hit;
@@ -1047,8 +1068,9 @@ static void shoald_free(void *impl)
     free(s);
 }
 
-expert_source *expert_source_shoald_new(shoal_client *client, uint32_t handle,
-                                        const expert_source_shoald_options *o)
+/* copy: keep a copy of *link (it never changes); else borrow it */
+static expert_source *shoald_new(const expert_source_shoald_link *link,
+                                 const expert_source_shoald_options *o, int copy)
 {
     static const expert_source_ops ops = { shoald_fetch, shoald_free };
     static const expert_source_more_ops more = { shoald_request, shoald_stats };
@@ -1057,8 +1079,9 @@ expert_source *expert_source_shoald_new(shoal_client *client, uint32_t handle,
 
     if (!s)
         return NULL;
-    s->client = client;
-    s->handle = handle;
+    s->own = *link;
+    s->link = copy ? &s->own : link;
+    s->epoch = link->epoch;
     s->o = *o;
     if (s->o.timeout_ms <= 0)
         s->o.timeout_ms = 60000;
@@ -1100,4 +1123,17 @@ expert_source *expert_source_shoald_new(shoal_client *client, uint32_t handle,
     }
     s->last_report_ns = shoal_now_ns();
     return expert_source_new_more(&ops, &more, s);
+}
+
+expert_source *expert_source_shoald_new(shoal_client *client, uint32_t handle,
+                                        const expert_source_shoald_options *o)
+{
+    expert_source_shoald_link l = { .client = client, .handle = handle };
+    return shoald_new(&l, o, 1);
+}
+
+expert_source *expert_source_shoald_new_link(const expert_source_shoald_link *link,
+                                             const expert_source_shoald_options *o)
+{
+    return shoald_new(link, o, 0);
 }

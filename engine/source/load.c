@@ -140,6 +140,14 @@ static int plan_check(const plan *p, const k3_config *c, shoal_err *err)
                          k3_spine_mode_name(p->spine), a, b);
 }
 
+/* A step without a measure, for a caller that shows what the load does
+ * (serve's /health while it loads). */
+static void step(const engine_load_options *o, const char *what)
+{
+    if (o->progress)
+        o->progress(o->progress_ctx, what, 0, 0);
+}
+
 int engine_load_open(const char *spec, const engine_load_options *o, engine_loaded *out,
                      shoal_err *err)
 {
@@ -149,6 +157,8 @@ int engine_load_open(const char *spec, const engine_load_options *o, engine_load
     int rc;
 
     memset(out, 0, sizeof *out);
+    step(o, engine_remote_is_spec(spec) ? "opening the model through shoald"
+                                        : "opening the model");
     rc = plan_for(spec, o, &out->plan, &cfg, &out->remote, err);
     if (o->plan_out && (rc == 0 || out->plan.verdict == PLAN_REFUSED) && out->plan.limit)
         plan_print(&out->plan, &cfg, o->plan_out);
@@ -167,6 +177,7 @@ int engine_load_open(const char *spec, const engine_load_options *o, engine_load
     mo.l2 = o->l2;
     mo.mla_eps = o->mla_eps;
     mo.pool = out->pool;
+    step(o, "loading the spine");
     if (out->remote) {
         if ((rc = engine_remote_bind(out->remote, &mo, out->plan.tier, err)) != 0)
             goto fail;

@@ -26,6 +26,7 @@
 #include "engine/source/source.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -46,8 +47,6 @@ struct engine_remote {
     shoal_model_info info;
     manifest *man;
     k3_config cfg;             /* the manifest's config, parsed */
-    const char *spec;          /* borrowed from connect's caller for logs */
-    char spec_buf[512];
     engine_model *model;
     expert_source *src;
     engine_remote_options ro;
@@ -58,6 +57,10 @@ struct engine_remote {
     spine_pack *pack;          /* the pack, parsed, when used */
     spine_resident res;        /* its bytes in memory */
     engine_remote_spine spine;
+    /* to reconnect (engine_remote_reconnect): what to OPEN again and how
+     * to reach the daemon; the expert source follows `link` */
+    char *spec, *home, *socket_path;
+    expert_source_shoald_link link;
 };
 
 /* The spine mappings, released after the model. */
@@ -475,12 +478,18 @@ int engine_remote_connect(const char *spec, const engine_remote_options *ro,
     r->info.manifest_fd = -1;
     if (ro)
         r->ro = *ro;
-    snprintf(r->spec_buf, sizeof r->spec_buf, "%s", spec);
-    r->spec = r->spec_buf;
     r->timeout_ms = r->ro.timeout_ms > 0 ? r->ro.timeout_ms : 60000;
     r->spine_cache = !r->ro.spine_cache_off;
-    co.home = r->ro.home;
-    co.socket_path = r->ro.socket_path;
+    /* owned copies: reconnection needs them long after the caller's are gone */
+    if (!(r->spec = strdup(spec)) || (r->ro.home && !(r->home = strdup(r->ro.home))) ||
+        (r->ro.socket_path && !(r->socket_path = strdup(r->ro.socket_path)))) {
+        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+        goto fail;
+    }
+    r->ro.home = r->home;
+    r->ro.socket_path = r->socket_path;
+    co.home = r->home;
+    co.socket_path = r->socket_path;
     co.name = "shoal-engine";
     co.call_timeout_ms = r->timeout_ms;
     if ((rc = shoal_client_connect(&co, &r->client, err)) != 0)
@@ -546,7 +555,8 @@ int engine_remote_bind(engine_remote *r, const engine_model_options *mo, uint64_
              (double)so.ram_bytes / 1048576.0,
              so.page_cache == EXPERT_PC_KEEP ? "keep"
              : so.page_cache == EXPERT_PC_DONTNEED ? "dontneed" : "direct");
-    r->src = expert_source_shoald_new(r->client, r->info.handle, &so);
+    r->link = (expert_source_shoald_link){ .client = r->client, .handle = r->info.handle };
+    r->src = expert_source_shoald_new_link(&r->link, &so);
     if (!r->src)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     return 0;
@@ -606,6 +616,55 @@ int engine_remote_write_files(engine_remote *r, const char *const *names, size_t
     return rc;
 }
 
+int engine_remote_ping(engine_remote *r, shoal_err *err)
+{
+    char json[96];
+    snprintf(json, sizeof json, "{\"tier\":\"ram\",\"hits\":0,\"misses\":0,\"bytes\":0,"
+             "\"handle\":%u}", r->info.handle);
+    return shoal_client_report(r->client, json, err);
+}
+
+int engine_remote_reconnect(engine_remote *r, shoal_err *err)
+{
+    shoal_client_opts co = { .home = r->home, .socket_path = r->socket_path,
+                             .name = "shoal-engine", .call_timeout_ms = r->timeout_ms };
+    shoal_client *c = NULL;
+    shoal_model_info info = { .manifest_fd = -1 };
+    char pinned[SHOAL_PATH_MAX];
+    size_t base = strcspn(r->spec + 5, "@") + 5;   /* hf://org/name, without @rev */
+    int rc;
+
+    /* the same commit, whatever the revision now points at */
+    if (snprintf(pinned, sizeof pinned, "%.*s@%s", (int)base, r->spec, r->info.commit) >=
+        (int)sizeof pinned)
+        return shoal_err_set(err, SHOAL_ETOOBIG, "%s: model name too long", r->spec);
+    if ((rc = shoal_client_connect(&co, &c, err)) != 0)
+        return rc;
+    if ((rc = shoal_client_open(c, pinned, &info, err)) != 0) {
+        shoal_err_wrap(err, rc, "shoald could not open %s again", pinned);
+    } else if (strcmp(info.commit, r->info.commit) != 0 || info.layers != r->info.layers ||
+               info.experts_per_layer != r->info.experts_per_layer ||
+               info.expert_bytes != r->info.expert_bytes) {
+        rc = shoal_err_set(err, SHOAL_EPROTO, "%s: shoald now serves another model (commit %s)",
+                           r->spec, info.commit);
+    }
+    if (info.manifest_fd >= 0)
+        close(info.manifest_fd);   /* the manifest is the one we hold */
+    if (rc != 0) {
+        shoal_client_close(c);
+        return rc;
+    }
+    shoal_client_close(r->client);  /* dead: its session went with the old daemon */
+    r->client = c;
+    r->info.handle = info.handle;
+    r->link.client = c;
+    r->link.handle = info.handle;
+    r->link.epoch++;
+    LOG_INFO("remote", "%s: reconnected to shoald (commit %s, handle %u)", r->spec,
+             r->info.commit, info.handle);
+    return 0;
+}
+
 void engine_remote_free(engine_remote *r)
 {
     if (!r)
@@ -620,5 +679,8 @@ void engine_remote_free(engine_remote *r)
     if (r->client && r->opened)
         shoal_client_release(r->client, r->info.handle, NULL);
     shoal_client_close(r->client);
+    free(r->spec);
+    free(r->home);
+    free(r->socket_path);
     free(r);
 }

@@ -54,6 +54,22 @@ struct shoal_client;
 expert_source *expert_source_shoald_new(struct shoal_client *client, uint32_t handle,
                                         const expert_source_shoald_options *o);
 
+/* The same over a link its creator owns and may change: when the daemon
+ * restarts, the creator (engine_remote_reconnect) puts the new connection
+ * and handle in and bumps epoch; the source then forgets the GETs it had
+ * open on the old connection (their items will never come) and asks anew.
+ * Experts already resident stay: their bytes are mappings or copies that
+ * outlive the connection.  link is borrowed for the source's life; change
+ * it only between fetches, on the thread that fetches. */
+typedef struct expert_source_shoald_link {
+    struct shoal_client *client;
+    uint32_t handle;
+    uint64_t epoch;
+} expert_source_shoald_link;
+
+expert_source *expert_source_shoald_new_link(const expert_source_shoald_link *link,
+                                             const expert_source_shoald_options *o);
+
 /* ---- 2. a model served by shoald ------------------------------------------
  *
  * a model served by shoald (DESIGN.md decision 9): the engine
@@ -136,6 +152,19 @@ struct shoal_client *engine_remote_client(engine_remote *r);
 uint32_t engine_remote_handle(const engine_remote *r);
 void engine_remote_spine_info(const engine_remote *r, engine_remote_spine *out);
 
+/* Is the daemon still there?  A REPORT of nothing: one round trip, which
+ * also checks that the model's handle is still open.  0, or the client's
+ * error (SHOAL_ENET: the connection is gone).  Same thread as the rest. */
+int engine_remote_ping(engine_remote *r, shoal_err *err);
+
+/* Replace a lost connection (a restarted shoald): connect, HELLO, OPEN the
+ * same commit, check it is the same model, and hand the new connection and
+ * handle to the expert source (its link).  The spine, the manifest and the
+ * model stay as they are: the spine's bytes are mappings of blobs, which
+ * outlive the connection that delivered them.  0, or the failure with the
+ * old connection left as it was (call again later). */
+int engine_remote_reconnect(engine_remote *r, shoal_err *err);
+
 /* Write the model's small files `names[0..n)` into directory `dir` (for
  * the tokenizer, which reads a directory): config.json from the manifest,
  * the others GET'd from shoald.  A name the model does not have is skipped.
@@ -178,7 +207,10 @@ typedef struct engine_load_options {
     double prefetch_cutoff;
     /* where the plan is printed at load (one block); NULL: not printed */
     FILE *plan_out;
-    engine_progress_fn progress;   /* a pack being built */
+    /* the load's steps: each one's name with done = total = 0 ("opening
+     * the model", "loading the spine"), then the measured phases of a pack
+     * being built ("quantizing", "storing"); may be NULL */
+    engine_progress_fn progress;
     void *progress_ctx;
 } engine_load_options;
 

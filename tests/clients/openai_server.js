@@ -11,14 +11,11 @@
 // client's API errors with the right status (400 unknown field, 400 n=2,
 // 400 context, 401 key, 404 model).  Exits 1 on the first failure.
 "use strict";
-const path = require("path");
 const assert = require("assert");
+const { parseArgs, OpenAI, makeClient } = require("./client_setup.js");
 
-const args = {};
-for (let i = 2; i < process.argv.length; i += 2)
-    args[process.argv[i].replace(/^--/, "")] = process.argv[i + 1];
-const OpenAI = require(path.join(__dirname, "..", "node", "node_modules", "openai"));
-const client = new OpenAI({ baseURL: args.base, apiKey: args.key, maxRetries: 0, timeout: 60000 });
+const args = parseArgs();
+const client = makeClient(args);
 const model = args.model;
 
 async function chatWhole(body) {

@@ -8,7 +8,7 @@
  * trapping on a violation), and its error/reply builders must work on it.
  * Built and run by scripts/fuzz.sh (`make fuzz`).
  *
- * fuzz-sources: common/ engine/serve/openai_parse.c engine/serve/openai_reply.c
+ * fuzz-sources: common/ engine/serve/openai_parse.c engine/serve/openai_reply.c engine/text/
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +27,14 @@ static void invariants(const openai_request *r)
     for (size_t i = 0; i < r->n_stop; i++)
         REQUIRE(r->stop[i] != NULL);
     REQUIRE(!r->include_usage || r->stream);
+    REQUIRE(r->min_p >= 0 && r->min_p <= 1);
+    REQUIRE(r->repetition_penalty > 0);
+    REQUIRE(r->presence_penalty >= -2 && r->presence_penalty <= 2);
+    REQUIRE(r->frequency_penalty >= -2 && r->frequency_penalty <= 2);
+    REQUIRE(r->top_logprobs >= 0 && r->top_logprobs <= GEN_TOP_LOGPROBS_MAX);
+    REQUIRE(r->top_logprobs == 0 || r->logprobs || r->kind == OPENAI_COMPLETION);
+    REQUIRE(r->n_stop_ids <= OPENAI_MAX_STOP_IDS);
+    REQUIRE(!r->max_tokens || r->min_tokens <= r->max_tokens);
     if (r->kind == OPENAI_CHAT) {
         REQUIRE(r->n_msgs > 0 && r->msgs);
         for (size_t i = 0; i < r->n_msgs; i++) {

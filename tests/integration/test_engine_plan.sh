@@ -10,7 +10,7 @@
 #     made here), and the run completes with the local int4 run's tokens;
 #     below the floor the run is refused with the same message;
 #   - the context cap: a prompt past it is refused by run and answered 400
-#     context_length_exceeded by serve.
+#     context_length_exceeded by serve, as is a prompt and max_tokens past it.
 source "$(dirname "$0")/lib.sh"
 E="$BIN/shoal-engine"
 [ -x "$E" ] || fail "no $E"
@@ -164,4 +164,14 @@ code=$(curl -s -o "$T/short.json" -w '%{http_code}' "$URL/v1/completions" \
     -H 'Content-Type: application/json' -d '{"prompt":[1,2,3,4],"max_tokens":2}')
 [ "$code" = 200 ] || fail "serve: a short prompt got $code $(cat "$T/short.json")"
 echo "ok   serve --context 16: a 20-token prompt gets 400 context_length_exceeded, a short one 200"
+# the prompt and max_tokens together: 4 + 13 positions do not fit 16, 4 + 12 do (all 12 made)
+code=$(curl -s -o "$T/over.json" -w '%{http_code}' "$URL/v1/completions" \
+    -H 'Content-Type: application/json' -d '{"prompt":[1,2,3,4],"max_tokens":13}')
+[ "$code" = 400 ] && grep -q context_length_exceeded "$T/over.json" && grep -q '17 tokens' "$T/over.json" \
+    || fail "serve: 4 prompt tokens + max_tokens 13 past --context 16 got $code $(cat "$T/over.json")"
+code=$(curl -s -o "$T/fit.json" -w '%{http_code}' "$URL/v1/completions" \
+    -H 'Content-Type: application/json' -d '{"prompt":[1,2,3,4],"max_tokens":12,"ignore_eos":true}')
+[ "$code" = 200 ] && [ "$(field "$T/fit.json" usage.completion_tokens)" = 12 ] \
+    || fail "serve: 4 prompt tokens + max_tokens 12 in --context 16 got $code $(cat "$T/fit.json")"
+echo "ok   serve --context 16: prompt + max_tokens 17 gets 400 context_length_exceeded, 16 runs all 12"
 echo "all plan checks passed"

@@ -81,6 +81,13 @@ expect_fail 2 'more than one MODEL' "$E" run "$M" "$M" --tokens 1
 expect_fail 2 "unrecognized option '--bogus'" "$E" serve "$M" --bogus
 expect_fail 2 "unrecognized option '--bogus'" "$E" run "$M" --prompt hi --bogus
 expect_fail 2 "bad value for --ram" "$E" plan "$M" --ram lots
+# serve's own options go through the same table
+expect_fail 2 'bad value for --request-timeout: 0' "$E" serve "$M" --request-timeout 0
+expect_fail 2 'bad value for --max-header: 1' "$E" serve "$M" --max-header=1
+expect_fail 2 "option '--idle-timeout' needs a value" "$E" serve "$M" --idle-timeout
+expect_fail 2 'bad value for --max-connections: 0' "$E" serve "$M" --max-connections=0
+expect_fail 2 'give the key once' "$E" serve "$M" --api-key-file /dev/null --api-key k
+"$E" serve --help | grep -q -- '--api-key-file FILE' || fail "serve --help lacks --api-key-file"
 # one grammar: --opt=value and --opt value, in every command
 a=$("$E" run "$M" --tokens=$P --max-tokens=3 --chunk=3 --spine=int8 2>/dev/null | tail -n 1)
 [ "$a" = "${ids[*]:0:3}" ] || fail "--opt=value: $a, expected ${ids[*]:0:3}"

@@ -4,7 +4,8 @@
 #   same ids and logits as the local-directory run; the tiers are right
 #   (cold: network, warm: disk); no daemon gives the "start shoald"
 #   message; a shoald killed mid-run gives a clear error, not a hang;
-#   `run hf://... --prompt --chat` streams text through shoald.
+#   `run hf://... --prompt --chat` streams text through shoald (also with
+#   --timeout).
 source "$(dirname "$0")/lib.sh"
 E="$BIN/shoal-engine"
 [ -x "$E" ] && [ -x "$BIN/shoald" ] || skip "shoal-engine/shoald not built"
@@ -74,6 +75,13 @@ grep -v '^plan: ' "$T/p_local" > "$T/p_local.txt"
 grep -v '^plan: ' "$T/p_remote" > "$T/p_remote.txt"
 cmp -s "$T/p_local.txt" "$T/p_remote.txt" || { diff "$T/p_local.txt" "$T/p_remote.txt"; fail "--prompt output differs"; }
 echo "ok   --prompt --chat through shoald equals the local run"
+# --timeout is the shared table's: run --prompt takes it (both spellings)
+for t in "--timeout 1000" "--timeout=1000"; do
+    timeout 120 "$E" run $M --home "$H" --prompt "hello there" --chat --max-tokens 5 $t \
+        > "$T/p_timeout" 2>&1 || { cat "$T/p_timeout"; fail "run --prompt $t"; }
+    grep -v '^plan: ' "$T/p_timeout" | cmp -s - "$T/p_remote.txt" || fail "run --prompt $t: other text"
+done
+echo "ok   run --prompt --timeout 1000 (and --timeout=1000) through shoald, the same text"
 
 # ---- the OpenAI server on hf:// through shoald --------------------------------------
 bg serve "$E" serve $M --home "$H" --port 0 --model-name tiny

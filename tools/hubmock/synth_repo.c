@@ -64,7 +64,7 @@ static int parse_options(char *opts, synth_config *cfg, int *bad, shoal_err *err
     if (next)
         *next++ = '\0';
     if (synth_preset_parse(tok, &p))
-        return shoal_err_set(err, SHOAL_EINVAL, "--synth: unknown preset '%s' (tiny, slice or k3)",
+        return shoal_err_set(err, SHOAL_EINVAL, "--synth: unknown preset '%s' (tiny, slice, k3 or oracle)",
                              tok);
     synth_config_init(cfg, p);
     while ((tok = next)) {

@@ -28,11 +28,16 @@ enum {
 
 static const shoal_cli_opt OPTS[] = {
     { "out", 0, "DIR", OPT_OUT, "output directory (created; must be empty unless --force)" },
-    { "preset", 0, "tiny|slice|k3", OPT_PRESET,
+    { "preset", 0, "tiny|slice|k3|oracle", OPT_PRESET,
       "tiny (k3.md section 6, default), slice (K3 expert sizes:\n"
-      "17,547,264-byte experts, 4 layers x 32 experts, ~2.6 GB) or\n"
+      "17,547,264-byte experts, 4 layers x 32 experts, ~2.6 GB),\n"
       "k3 (the full checkpoint: 93 layers x 896 experts, 96 shards,\n"
-      "~1.56 TB; use --headers-only, --layers, --experts)" },
+      "~1.56 TB; use --headers-only, --layers, --experts) or\n"
+      "oracle (tiny's files, constructed weights: its greedy\n"
+      "continuation of \"" SYNTH_ORACLE_PROMPT "\" is\n"
+      "\"" SYNTH_ORACLE_TEXT "\"\n"
+      "only if the engine gets every part right; config.json\n"
+      "\"oracle\" holds both; the seed moves only the filler)" },
     { "seed", 0, "N", OPT_SEED, "weight seed, 0..2^63-1 (default 0 = the k3.md section 6 values)" },
     { "layers", 0, "N", OPT_LAYERS, "number of layers; MLA on every 4th 1-based layer\n"
                                     "and on the last two, as K3" },
@@ -53,7 +58,7 @@ static const shoal_cli_opt OPTS[] = {
 static const shoal_cli_spec SPEC = {
     .prog = "mkmodel",
     .summary = "write a synthetic Kimi-K3-family model",
-    .synopsis = "mkmodel --out DIR [--preset tiny|slice|k3] [--seed N] [--layers N] [--experts N]\n"
+    .synopsis = "mkmodel --out DIR [--preset tiny|slice|k3|oracle] [--seed N] [--layers N] [--experts N]\n"
                 "        [--headers-only] [--force] [--quiet]\n"
                 "mkmodel --stdout FILE [model options]\n"
                 "mkmodel --print-etags [--jobs N] [model options]",
@@ -150,7 +155,7 @@ static int opts_parse(int argc, char **argv, opts *o)
             break;
         case OPT_PRESET:
             if (synth_preset_parse(v, &o->preset))
-                return shoal_cli_bad_value(&p, v, "tiny, slice or k3");
+                return shoal_cli_bad_value(&p, v, "tiny, slice, k3 or oracle");
             break;
         case OPT_SEED:
             if (parse_u64(v, INT64_MAX, &o->seed))
@@ -221,8 +226,11 @@ int main(int argc, char **argv)
     shoal_meter_init(&meter, stderr, &mc, "mkmodel", SHOAL_METER_BYTES);
     synth_config_init(&cfg, o.preset);
     cfg.seed = o.seed;
-    if ((rc = synth_config_finish(&cfg, (int)o.layers, (int)o.experts, &err)) ||
-        (rc = synth_model_new(&cfg, &model, &err)))
+    if ((rc = synth_config_finish(&cfg, (int)o.layers, (int)o.experts, &err))) {
+        fprintf(stderr, "mkmodel: %s\n", err.msg);   /* a flag the preset refuses */
+        return 2;
+    }
+    if ((rc = synth_model_new(&cfg, &model, &err)))
         goto fail;
     if (o.print_etags) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);

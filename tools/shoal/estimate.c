@@ -4,7 +4,7 @@
  * and the memory read bandwidth (a STREAM-style sum), takes the upstream
  * rate from the cache's past transfers, reads the model's config (experts
  * per token x span size; the spine in the format the engine keeps it in
- * RAM, common/spine_size.h: int8 by default, --spine int4|f32|bf16) and
+ * RAM, common/k3_sizes.h: int8 by default, --spine int4|f32) and
  * the cache's measured hit rates, and prints seconds per token streaming,
  * from disk and from RAM, with the arithmetic.  I/O only: compute time is
  * not included.
@@ -21,7 +21,7 @@
 
 #include "common/k3_config.h"
 #include "common/manifest.h"
-#include "common/spine_size.h"
+#include "common/k3_sizes.h"
 #include "common/sys.h"
 
 #define TMPFS_MAGIC_ 0x01021994
@@ -34,7 +34,7 @@ typedef struct model_shape {
 
 /* ---- measurements ---------------------------------------------------------------- */
 
-static int measure_disk(const char *dir, uint64_t bytes, double *rate, int *tmpfs, shoal_err *err)
+int cli_measure_disk(const char *dir, uint64_t bytes, double *rate, int *tmpfs, shoal_err *err)
 {
     char path[SHOAL_PATH_MAX];
     size_t chunk = 4u << 20;
@@ -155,8 +155,9 @@ static int shape_from_cache(const shoal_cli *cli, const char *spec, model_shape 
 enum { O_UPSTREAM = 1, O_DISK_BYTES, O_MEM_BYTES, O_SPINE };
 
 static const shoal_cli_opt estimate_opts[] = {
-    { "spine", 0, "int8|int4|f32|bf16", O_SPINE, "the spine's format in RAM (default int8: the\n"
-                                                 "engine's pack, the embedding mapped)" },
+    { "spine", 0, "int8|int4|f32", O_SPINE, "the spine's format in RAM (default int8: the\n"
+                                            "engine's pack, the embedding mapped; int4: the\n"
+                                            "large projections in groups of 64)" },
     { "upstream", 0, "RATE", O_UPSTREAM, "the upstream rate in bytes per second (\"100M\"; default:\n"
                                          "the cache's past transfers)" },
     { "disk-bytes", 0, "SIZE", O_DISK_BYTES, "the disk read test's file (default 256M)" },
@@ -166,7 +167,7 @@ static const shoal_cli_opt estimate_opts[] = {
 
 const shoal_cli_spec cmd_estimate_spec = {
     .prog = "shoal estimate",
-    .synopsis = "shoal estimate MODEL [--spine int8|int4|f32|bf16] [--upstream RATE]\n"
+    .synopsis = "shoal estimate MODEL [--spine int8|int4|f32] [--upstream RATE]\n"
                 "               [--disk-bytes SIZE] [--mem-bytes SIZE]",
     .about = "Expected seconds per token (I/O only) streaming from upstream, from the disk\n"
              "cache and from RAM, with the arithmetic.  MODEL is a directory with config.json\n"
@@ -201,28 +202,23 @@ static void rates_from_stats(const shoal_cli *cli, const char *spec, double *up,
     shoal_json_free(j);
 }
 
-int cmd_estimate(shoal_cli *cli, int argc, char **argv)
+/* The command line: -1 to go on (*first: MODEL's index), else the exit
+ * status. */
+static int estimate_args(int argc, char **argv, uint64_t *up_flag, uint64_t *disk_bytes,
+                         uint64_t *mem_bytes, k3_spine_mode *fmt, int *first)
 {
-    uint64_t disk_bytes = 256u << 20, mem_bytes = 256u << 20, up_flag = 0;
-    spine_format fmt = SPINE_FMT_INT8;
-    spine_size sz, ckpt;
-    model_shape m;
-    struct stat st;
-    shoal_err err = { 0, "" };
-    int id, rc, tmpfs = 0;
-    const char *v;
     shoal_cli_parser p;
-    int64_t rn = 0, dn = 0;
-    double disk = 0, mem, up = 0, r = 0, d = 0;
-    const char *scope = "", *up_from = "the cache's past transfers";
-    char a[FMT_MAX], b[FMT_MAX], x[FMT_MAX], y[FMT_MAX], z[FMT_MAX], w[FMT_MAX];
+    const char *v;
+    int id;
 
     shoal_cli_begin(&p, &cmd_estimate_spec, argc, argv);
     while ((id = shoal_cli_next(&p, &v)) > 0) {
-        uint64_t *dst = id == O_UPSTREAM ? &up_flag : id == O_DISK_BYTES ? &disk_bytes : &mem_bytes;
+        uint64_t *dst = id == O_UPSTREAM ? up_flag : id == O_DISK_BYTES ? disk_bytes : mem_bytes;
         if (id == O_SPINE) {
-            if (spine_format_parse(v, &fmt) != 0)
-                return shoal_cli_bad_value(&p, v, "int8, int4, f32 or bf16");
+            if (strcmp(v, "int8") == 0) *fmt = K3_SPINE_INT8;
+            else if (strcmp(v, "int4") == 0) *fmt = K3_SPINE_INT4;
+            else if (strcmp(v, "f32") == 0) *fmt = K3_SPINE_F32;
+            else return shoal_cli_bad_value(&p, v, "int8, int4 or f32");
         } else if (shoal_size_parse(v, dst) != 0 || *dst == 0) {
             return shoal_cli_bad_value(&p, v, "a size (256M)");
         }
@@ -231,8 +227,28 @@ int cmd_estimate(shoal_cli *cli, int argc, char **argv)
         return p.exit;
     if (p.optind != argc - 1)
         return shoal_cli_usage_error(&cmd_estimate_spec, "give one MODEL");
+    *first = p.optind;
+    return -1;
+}
+
+int cmd_estimate(shoal_cli *cli, int argc, char **argv)
+{
+    uint64_t disk_bytes = 256u << 20, mem_bytes = 256u << 20, up_flag = 0;
+    k3_spine_mode fmt = K3_SPINE_INT8;
+    k3_spine_sizes sz;
+    model_shape m;
+    struct stat st;
+    shoal_err err = { 0, "" };
+    int rc, tmpfs = 0, first = 0;
+    int64_t rn = 0, dn = 0;
+    double disk = 0, mem, up = 0, r = 0, d = 0;
+    const char *scope = "", *up_from = "the cache's past transfers";
+    char a[FMT_MAX], b[FMT_MAX], x[FMT_MAX], y[FMT_MAX], z[FMT_MAX], w[FMT_MAX];
+
+    if ((rc = estimate_args(argc, argv, &up_flag, &disk_bytes, &mem_bytes, &fmt, &first)) >= 0)
+        return rc;
     memset(&m, 0, sizeof m);
-    if ((rc = cli_model_arg(&cmd_estimate_spec, argv[p.optind], m.name, sizeof m.name)) != 0)
+    if ((rc = cli_model_arg(&cmd_estimate_spec, argv[first], m.name, sizeof m.name)) != 0)
         return rc;
     if (stat(m.name, &st) == 0 && S_ISDIR(st.st_mode))
         rc = shape_from_dir(m.name, &m, &err);
@@ -252,26 +268,30 @@ int cmd_estimate(shoal_cli *cli, int argc, char **argv)
     }
     /* The cache's own disk is the one that matters. */
     const char *dir = stat(cli->home, &st) == 0 ? cli->home : "/var/tmp";
-    if ((rc = measure_disk(dir, disk_bytes, &disk, &tmpfs, &err)) != 0)
+    if ((rc = cli_measure_disk(dir, disk_bytes, &disk, &tmpfs, &err)) != 0)
         return cli_fail(rc, &err);
     mem = measure_memory(mem_bytes);
 
     double E = (double)m.cfg.n_experts_per_token * (double)m.cfg.n_moe_layers *
                (double)m.cfg.expert_bytes;
-    spine_size_of(&m.cfg, fmt, &sz);
-    spine_size_of(&m.cfg, SPINE_FMT_BF16, &ckpt);
-    double S = (double)sz.per_token;
+    /* the spine as the engine keeps it (common/k3_sizes.h, the same count
+     * its loader and memory plan use): the derived matrices and vectors are
+     * read every token, the mapped embedding one row a token */
+    k3_spine_sizes_get(&m.cfg, fmt, &sz);
+    uint64_t per_token = sz.matrices + sz.vectors + 2 * (uint64_t)m.cfg.hidden;
+    uint64_t kept = sz.matrices + sz.vectors + sz.embedding;
+    double S = (double)per_token;
     printf("Model %s (shapes from %s)\n", m.name, m.config_from);
     printf("  experts per token  E = %lld MoE layers x %lld experts x %s = %s\n",
            (long long)m.cfg.n_moe_layers, (long long)m.cfg.n_experts_per_token,
            fmt_size(m.cfg.expert_bytes, a), fmt_size((uint64_t)E, b));
     printf("  spine (%-4s)       S = %s read per token (%s of matrices, %s of vectors)\n",
-           spine_format_name(fmt), fmt_size(sz.per_token, a), fmt_size(sz.matrices, b),
+           k3_spine_mode_name(fmt), fmt_size(per_token, a), fmt_size(sz.matrices, b),
            fmt_size(sz.vectors, x));
     printf("                     kept in RAM %s with the embedding (%s BF16, mapped: one row "
-           "a token)\n", fmt_size(sz.total, a), fmt_size(sz.embedding, b));
-    printf("                     checkpoint: %s BF16 in %llu tensors (--spine int8|int4|f32|bf16)\n",
-           fmt_size(ckpt.total, a), (unsigned long long)ckpt.tensors);
+           "a token)\n", fmt_size(kept, a), fmt_size(sz.embedding, b));
+    printf("                     checkpoint: %s BF16 (--spine int8|int4|f32)\n",
+           fmt_size(sz.checkpoint, a));
     printf("Measured on this machine\n");
     printf("  memory read        mem  = %s (STREAM-style sum over %s, one thread)\n",
            fmt_rate(mem, a), fmt_size(mem_bytes, b));

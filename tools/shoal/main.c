@@ -30,6 +30,7 @@ static const command commands[] = {
     { "rm",       cmd_rm,       &cmd_rm_spec,       "remove a model from the cache" },
     { "heatmap",  cmd_heatmap,  &cmd_heatmap_spec,  "layer x expert request counts as SVG or ASCII" },
     { "estimate", cmd_estimate, &cmd_estimate_spec, "expected seconds per token: streaming, disk, RAM" },
+    { "doctor",   cmd_doctor,   &cmd_doctor_spec,   "check the machine, shoald, the upstream and the engine's output" },
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -60,7 +61,7 @@ static shoal_cli_spec SPEC = {
              "NO_COLOR turns its colour off.  Exit codes (docs/cli.md): 0 ok, 1 failed,\n"
              "2 usage, 3 shoald not running (needed), 4 not found, 5 damaged, 6 shoald\n"
              "runs and must be stopped first, 7 upstream failed, 8 no space, 130 interrupted\n"
-             "(a warm job keeps going).",
+             "(a warm job keeps going); doctor: 1 when a check failed.",
     .command_first = 1,
     .man_extra = ".SH ENVIRONMENT\n"
                  "SHOAL_HOME, XDG_CACHE_HOME, HOME (the cache directory); NO_COLOR,\n"
@@ -137,6 +138,9 @@ int main(int argc, char **argv)
                              : cli.verbose ? SHOAL_LOG_INFO : SHOAL_LOG_WARN, NULL);
     shoal_meter_env_capture(&cli.meter, quiet);
     shoal_env_capture(&env);
+    cli.hf_endpoint = getenv("HF_ENDPOINT");
+    cli.hf_offline = getenv("HF_HUB_OFFLINE");
+    cli.tmpdir = getenv("TMPDIR");
     if (shoal_home_resolve(&env, home_flag, cli.home, sizeof cli.home, &err) != 0) {
         fprintf(stderr, "shoal: %s (pass --home DIR or set SHOAL_HOME)\n", err.msg);
         return EXIT_USAGE;

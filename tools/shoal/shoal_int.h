@@ -11,7 +11,8 @@
  *   verify.c    shoal verify
  *   gc.c        shoal gc, pin, unpin, rm
  *   heatmap.c   shoal heatmap (SVG and --ascii)
- *   estimate.c  shoal estimate
+ *   estimate.c  shoal estimate (and the disk measurement doctor shares)
+ *   doctor.c    shoal doctor
  *
  * Everything that writes goes through shoald when it runs; when it does
  * not, a command that writes opens the cache as its one writer (the lock
@@ -53,6 +54,10 @@ typedef struct shoal_cli {
     int  tty;                  /* stdout is a terminal */
     int  verbose;
     shoal_meter_cfg meter;     /* progress: NO_COLOR, HF_HUB_DISABLE_PROGRESS_BARS, --quiet */
+    /* the environment doctor reads (main.c captures it; NULL when unset) */
+    const char *hf_endpoint;   /* $HF_ENDPOINT */
+    const char *hf_offline;    /* $HF_HUB_OFFLINE */
+    const char *tmpdir;        /* $TMPDIR */
 } shoal_cli;
 
 /* ---- conn.c ---- */
@@ -126,6 +131,13 @@ int cmd_unpin(shoal_cli *cli, int argc, char **argv);
 int cmd_rm(shoal_cli *cli, int argc, char **argv);
 int cmd_heatmap(shoal_cli *cli, int argc, char **argv);
 int cmd_estimate(shoal_cli *cli, int argc, char **argv);
+int cmd_doctor(shoal_cli *cli, int argc, char **argv);
+
+/* ---- estimate.c, shared with doctor.c ---- */
+/* Cold read rate of dir's disk: a temporary file of `bytes` written,
+ * fsynced, dropped from the page cache (POSIX_FADV_DONTNEED), read back;
+ * *tmpfs set when dir is on tmpfs.  The file is unlinked at once. */
+int cli_measure_disk(const char *dir, uint64_t bytes, double *rate, int *tmpfs, shoal_err *err);
 
 /* A MODEL argument checked (hf://org/name[@rev], org/name[@rev] or a
  * directory) and put in the daemon's and index's form (cli_model_spec):
@@ -135,6 +147,7 @@ int cli_model_arg(const shoal_cli_spec *spec, const char *arg, char *out, size_t
 /* Each command's option table (for its parsing, and for shoal's man page
  * and completion: main.c lists them). */
 extern const shoal_cli_spec cmd_stats_spec, cmd_ls_spec, cmd_warm_spec, cmd_verify_spec,
-    cmd_gc_spec, cmd_pin_spec, cmd_unpin_spec, cmd_rm_spec, cmd_heatmap_spec, cmd_estimate_spec;
+    cmd_gc_spec, cmd_pin_spec, cmd_unpin_spec, cmd_rm_spec, cmd_heatmap_spec, cmd_estimate_spec,
+    cmd_doctor_spec;
 
 #endif

@@ -36,6 +36,9 @@ static void test_int8_matches_k3_md(void **state)
     near_gb(s.part[K3_PART_DENSE], 0.73, 0.01);
     near_gb(s.part[K3_PART_HEAD], 1.18, 0.01);
     near_gb(s.matrices, 58.0, 0.1);             /* the pack: matrices only */
+    /* every spine tensor as stored: what test_daemon_k3.sh counts in the
+     * synthesized checkpoint's headers */
+    assert_int_equal(s.checkpoint, 113509540864ull);
     near_gb(s.embedding, 2.35, 0.01);
     /* conv taps, A_log, dt_bias, o_norm 0.044 GB and norms 16 MB */
     near_gb(s.vectors, 0.060, 0.002);

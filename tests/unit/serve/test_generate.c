@@ -2,8 +2,9 @@
  * conversation-state reuse from the snapshot and from the live state,
  * results identical with and without reuse, eos / callback stop /
  * max_tokens / context limits, cancellation, a failing backend, the PRNG's
- * documented sequence, sampling frequencies and top-p, and the stop-string
- * matcher's hold-back.
+ * documented sequence, sampling frequencies and top-p, penalties, top-k,
+ * min-p, min_tokens, stop ids and log-probabilities against hand-computed
+ * values, seeded reproducibility, and the stop-string matcher's hold-back.
  *
  * The toy model: a state is a running hash of the ids it has run; the
  * logits are a fixed function of that hash, so any two paths to the same
@@ -89,11 +90,10 @@ typedef struct rec {
     atomic_int *cancel_at3;
 } rec;
 
-static int on_tok(void *ctx, uint32_t id, int is_eos)
+static int on_tok(void *ctx, const gen_token *t)
 {
     rec *r = ctx;
-    (void)is_eos;
-    r->ids[r->n++] = id;
+    r->ids[r->n++] = t->id;
     if (r->cancel_at3 && r->n == 3)
         atomic_store(r->cancel_at3, 1);
     return r->stop_after && (int)r->n == r->stop_after ? 1 : 0;
@@ -286,10 +286,18 @@ static void test_cancel_and_failure(void **state)
     generator_free(g);
 }
 
+static gen_sampling samp(double t, double top_p)
+{
+    gen_sampling s = { .temperature = t, .top_p = top_p };
+    return s;
+}
+
 static void test_rng_and_sampling(void **state)
 {
     gen_rng r;
     uint32_t scratch[4];
+    gen_sampling s1 = samp(1.0, 1.0), s05 = samp(1.0, 0.5), s50 = samp(5.0, 0.0);
+    gen_sampling g0 = samp(0.0, 1.0), s13 = samp(1.3, 0.9);
     float l[3] = { 0.0f, logf(3.0f), -INFINITY };
     int count[3] = { 0 };
     (void)state;
@@ -302,17 +310,17 @@ static void test_rng_and_sampling(void **state)
 
     gen_rng_seed(&r, 7);
     for (int i = 0; i < 20000; i++)
-        count[gen_sample(l, 3, 1.0, 1.0, &r, scratch)]++;
+        count[gen_sample(l, 3, &s1, &r, scratch)]++;
     assert_int_equal(count[2], 0);
     assert_true(fabs(count[1] / 20000.0 - 0.75) < 0.02);
     /* top_p 0.5: only the most likely id (mass 0.75) is kept. */
     for (int i = 0; i < 100; i++)
-        assert_int_equal(gen_sample(l, 3, 1.0, 0.5, &r, scratch), 1);
-    assert_int_equal(gen_sample(l, 3, 5.0, 0.0, &r, scratch), 1);
+        assert_int_equal(gen_sample(l, 3, &s05, &r, scratch), 1);
+    assert_int_equal(gen_sample(l, 3, &s50, &r, scratch), 1);
     /* temperature 0: argmax, lowest id on ties */
     {
         float t[4] = { 1, 3, 3, 2 };
-        assert_int_equal(gen_sample(t, 4, 0.0, 1.0, &r, scratch), 1);
+        assert_int_equal(gen_sample(t, 4, &g0, &r, scratch), 1);
     }
     /* Same seed, same draws. */
     {
@@ -320,9 +328,269 @@ static void test_rng_and_sampling(void **state)
         gen_rng_seed(&a, 99);
         gen_rng_seed(&b, 99);
         for (int i = 0; i < 50; i++)
-            assert_int_equal(gen_sample(l, 3, 1.3, 0.9, &a, scratch),
-                             gen_sample(l, 3, 1.3, 0.9, &b, scratch));
+            assert_int_equal(gen_sample(l, 3, &s13, &a, scratch),
+                             gen_sample(l, 3, &s13, &b, scratch));
     }
+}
+
+/* Penalties by hand: logits {2, 1, 0.5, -1, 3}, prompt {0, 3}, output
+ * {1, 1, 3}; repetition 2, presence 0.5, frequency 0.25:
+ *   id 0 (prompt, l > 0):        2 / 2                     =  1
+ *   id 1 (output twice, l > 0):  1 / 2 - (0.25 * 2 + 0.5)  = -0.5
+ *   id 2 (never seen):                                       0.5
+ *   id 3 (prompt + output once): -1 * 2 - (0.25 + 0.5)     = -2.75
+ *   id 4 (never seen):                                       3 */
+static void test_penalties(void **state)
+{
+    float l[5] = { 2, 1, 0.5f, -1, 3 };
+    uint32_t hist[5] = { 0, 3, 1, 1, 3 }, work[5] = { 0 };
+    gen_penalties p = { .repetition = 2, .presence = 0.5, .frequency = 0.25 };
+    const float want[5] = { 1, -0.5f, 0.5f, -2.75f, 3 };
+    (void)state;
+
+    gen_penalize(l, 5, hist, 5, 3, &p, work);
+    for (int i = 0; i < 5; i++) {
+        assert_float_equal(l[i], want[i], 1e-6);
+        assert_int_equal(work[i], 0);        /* left zeroed */
+    }
+    /* repetition alone: the prompt counts, presence/frequency do not */
+    {
+        float m[5] = { 2, 1, 0.5f, -1, 3 };
+        gen_penalties r = { .repetition = 4 };
+        gen_penalize(m, 5, hist, 2, 0, &r, work);
+        assert_float_equal(m[0], 0.5f, 1e-6);
+        assert_float_equal(m[3], -4.0f, 1e-6);
+        assert_float_equal(m[1], 1.0f, 1e-6);
+    }
+    /* frequency/presence count the output only; negative values reward */
+    {
+        float m[5] = { 0, 0, 0, 0, 0 };
+        gen_penalties f = { .repetition = 1, .presence = -1, .frequency = 1 };
+        gen_penalize(m, 5, hist, 5, 3, &f, work);
+        assert_float_equal(m[0], 0.0f, 1e-6);   /* prompt only */
+        assert_float_equal(m[1], -1.0f, 1e-6);  /* -(1 * 2 - 1) */
+        assert_float_equal(m[3], 0.0f, 1e-6);   /* -(1 * 1 - 1) */
+    }
+}
+
+/* Log-probabilities by hand: logits {0, ln 3, -inf} are p = {1/4, 3/4, 0}. */
+static void test_logprobs(void **state)
+{
+    float l[3] = { 0.0f, logf(3.0f), -INFINITY };
+    float t[4] = { 1, 2, 2, 0 };
+    gen_alt top[GEN_TOP_LOGPROBS_MAX];
+    double lse;
+    (void)state;
+
+    lse = gen_logsumexp(l, 3);
+    assert_float_equal(lse, log(4.0), 1e-6);
+    assert_int_equal(gen_top_logprobs(l, 3, lse, 2, top), 2);
+    assert_int_equal(top[0].id, 1);
+    assert_float_equal(top[0].logprob, log(0.75), 1e-6);
+    assert_int_equal(top[1].id, 0);
+    assert_float_equal(top[1].logprob, log(0.25), 1e-6);
+    /* more than there are finite ids: the -inf one comes last */
+    assert_int_equal(gen_top_logprobs(l, 3, lse, 5, top), 3);
+    assert_int_equal(top[2].id, 2);
+    assert_true(isinf(top[2].logprob) && top[2].logprob < 0);
+    /* ties: the lower id first; k = 0 gives none */
+    lse = gen_logsumexp(t, 4);
+    assert_int_equal(gen_top_logprobs(t, 4, lse, 3, top), 3);
+    assert_int_equal(top[0].id, 1);
+    assert_int_equal(top[1].id, 2);
+    assert_int_equal(top[2].id, 0);
+    assert_float_equal(top[0].logprob, 2.0 - log(exp(1.0) + 2 * exp(2.0) + 1.0), 1e-6);
+    assert_int_equal(gen_top_logprobs(t, 4, lse, 0, top), 0);
+}
+
+/* Frequencies of 20,000 seeded draws (deterministic: a fixed seed). */
+static void draw_counts(const float *l, uint32_t n, const gen_sampling *s, int *count)
+{
+    gen_rng r;
+    uint32_t scratch[8];
+    gen_rng_seed(&r, 11);
+    memset(count, 0, n * sizeof *count);
+    for (int i = 0; i < 20000; i++)
+        count[gen_sample(l, n, s, &r, scratch)]++;
+}
+
+/* Weights {1, 3, 2, 4} at temperature 1 (sorted: ids 3, 1, 2, 0). */
+static void test_truncation(void **state)
+{
+    float l[4] = { 0.0f, logf(3.0f), logf(2.0f), logf(4.0f) };
+    gen_sampling s = { .temperature = 1, .top_p = 1 };
+    int c[4];
+    (void)state;
+
+    /* top_k 2: ids 3 and 1, p = 4/7, 3/7 */
+    s.top_k = 2;
+    draw_counts(l, 4, &s, c);
+    assert_int_equal(c[0] + c[2], 0);
+    assert_true(fabs(c[3] / 20000.0 - 4.0 / 7) < 0.02);
+    /* min_p 0.45: weights >= 0.45 * 4 stay (ids 3, 1, 2), p = 4/9, 3/9, 2/9 */
+    s.top_k = 0;
+    s.min_p = 0.45;
+    draw_counts(l, 4, &s, c);
+    assert_int_equal(c[0], 0);
+    assert_true(fabs(c[2] / 20000.0 - 2.0 / 9) < 0.02);
+    /* top_p 0.75 then min_p 0.6: mass 0.4, 0.7, 0.9 keeps ids 3, 1, 2; then
+     * 2/4 < 0.6 drops id 2: p = 4/7, 3/7 */
+    s.top_p = 0.75;
+    s.min_p = 0.6;
+    draw_counts(l, 4, &s, c);
+    assert_int_equal(c[0] + c[2], 0);
+    assert_true(fabs(c[1] / 20000.0 - 3.0 / 7) < 0.02);
+    /* top_k 1 is greedy whatever the temperature */
+    s = (gen_sampling){ .temperature = 2, .top_p = 1, .top_k = 1 };
+    draw_counts(l, 4, &s, c);
+    assert_int_equal(c[3], 20000);
+    /* temperature 2 flattens: p ~ w^(1/2) = {1, 1.73, 1.41, 2} / 6.15 */
+    s.top_k = 0;
+    draw_counts(l, 4, &s, c);
+    assert_true(fabs(c[0] / 20000.0 - 1.0 / (1 + sqrt(3.0) + sqrt(2.0) + 2)) < 0.02);
+    /* top_k over a larger vocabulary than it keeps: the heap selection */
+    {
+        float big[8] = { 5, 1, 7, 3, 7, 0, 2, 6 };
+        gen_sampling k3 = { .temperature = 100, .top_p = 1, .top_k = 3 };
+        int cb[8];
+        draw_counts(big, 8, &k3, cb);
+        assert_int_equal(cb[2] + cb[4] + cb[7], 20000);   /* the three largest */
+        assert_true(cb[2] > 0 && cb[4] > 0 && cb[7] > 0);
+    }
+}
+
+/* Runs with params through the toy; the first token's logits by hand. */
+static void run_params(generator *g, const uint32_t *p, size_t n, gen_params *gp, rec *r,
+                       gen_result *res)
+{
+    shoal_err err;
+    memset(r, 0, sizeof *r);
+    assert_int_equal(generator_run(g, p, n, gp, on_tok, r, res, &err), 0);
+}
+
+typedef struct lp_rec {
+    rec r;
+    float lp[16];
+    gen_alt top0[3];
+    size_t n_top0;
+} lp_rec;
+
+static int on_tok_lp(void *ctx, const gen_token *t)
+{
+    lp_rec *r = ctx;
+    if (r->r.n == 0) {
+        memcpy(r->top0, t->top, t->n_top * sizeof *t->top);
+        r->n_top0 = t->n_top;
+    }
+    r->lp[r->r.n] = t->logprob;
+    return on_tok(&r->r, t);
+}
+
+static void test_generator_sampling(void **state)
+{
+    toy t = { 0 };
+    generator *g = make(&t);
+    uint32_t p[4] = { 3, 1, 4, 1 }, want[1], eos[2];
+    float l0[NV];
+    toy_state st = { 0, 0 };
+    gen_params gp;
+    gen_result res;
+    rec r;
+    (void)state;
+
+    for (size_t i = 0; i < 4; i++)
+        st.h = mix(st.h ^ (p[i] + 1));
+    toy_logits(st.h, l0);
+    expected(p, 4, 1, want);
+
+    /* min_tokens 3: the greedy first token is made the eos and is masked,
+     * so the run goes on for at least 3 tokens */
+    gen_params_default(&gp);
+    eos[0] = want[0];
+    gp.eos = eos;
+    gp.n_eos = 1;
+    gp.min_tokens = 3;
+    gp.max_tokens = 10;
+    run_params(g, p, 4, &gp, &r, &res);
+    assert_true(r.n >= 3);
+    for (size_t i = 0; i < 2; i++)
+        assert_int_not_equal(r.ids[i], want[0]);
+    {   /* the first is the second best of the model's logits */
+        uint32_t second = want[0] == 0 ? 1 : 0;
+        for (uint32_t i = 0; i < NV; i++)
+            if (i != want[0] && l0[i] > l0[second])
+                second = i;
+        assert_int_equal(r.ids[0], second);
+    }
+
+    /* frequency penalty 100: a greedy run never repeats an output id
+     * (toy logits are in [0, 8)); repetition 1e9 keeps the prompt's out */
+    gen_params_default(&gp);
+    gp.pen.frequency = 100;
+    gp.pen.repetition = 1e9;
+    gp.max_tokens = 12;
+    run_params(g, p, 4, &gp, &r, &res);
+    assert_int_equal(r.n, 12);
+    for (size_t i = 0; i < r.n; i++) {
+        for (size_t k = 0; k < i; k++)
+            assert_int_not_equal(r.ids[i], r.ids[k]);
+        for (size_t k = 0; k < 4; k++)
+            assert_int_not_equal(r.ids[i], p[k]);
+    }
+
+    /* a stop id beside the eos ends the reply */
+    gen_params_default(&gp);
+    eos[0] = NV + 5;             /* never sampled */
+    eos[1] = want[0];
+    gp.eos = eos;
+    gp.n_eos = 2;
+    run_params(g, p, 4, &gp, &r, &res);
+    assert_int_equal(r.n, 1);
+    assert_int_equal(res.finish, GEN_FINISH_STOP);
+
+    /* logprobs: the log-softmax of the model's logits (no penalty set) */
+    {
+        lp_rec lr;
+        shoal_err err;
+        double lse = 0, mx = l0[0];
+        for (uint32_t i = 1; i < NV; i++)
+            if (l0[i] > mx)
+                mx = l0[i];
+        for (uint32_t i = 0; i < NV; i++)
+            lse += exp(l0[i] - mx);
+        lse = mx + log(lse);
+        gen_params_default(&gp);
+        gp.logprobs = 1;
+        gp.top_logprobs = 3;
+        gp.max_tokens = 2;
+        memset(&lr, 0, sizeof lr);
+        assert_int_equal(generator_run(g, p, 4, &gp, on_tok_lp, &lr, &res, &err), 0);
+        assert_int_equal(lr.r.ids[0], want[0]);
+        assert_float_equal(lr.lp[0], l0[want[0]] - lse, 1e-5);
+        assert_int_equal(lr.n_top0, 3);
+        assert_int_equal(lr.top0[0].id, want[0]);
+        assert_true(lr.top0[1].logprob <= lr.top0[0].logprob);
+        assert_float_equal(lr.top0[2].logprob, l0[lr.top0[2].id] - lse, 1e-5);
+    }
+
+    /* seeded: the same parameters and seed give the same tokens */
+    {
+        rec a, b;
+        gen_params_default(&gp);
+        gp.s = (gen_sampling){ .temperature = 1.5, .top_p = 0.9, .top_k = 20, .min_p = 0.05 };
+        gp.pen = (gen_penalties){ .repetition = 1.3, .presence = 0.4, .frequency = 0.2 };
+        gp.seed = 77;
+        gp.has_seed = 1;
+        gp.max_tokens = 16;
+        run_params(g, p, 4, &gp, &a, &res);
+        run_params(g, p, 4, &gp, &b, &res);
+        assert_int_equal(a.n, 16);
+        assert_memory_equal(a.ids, b.ids, 16 * sizeof *a.ids);
+        gp.seed = 78;
+        run_params(g, p, 4, &gp, &b, &res);
+        assert_memory_not_equal(a.ids, b.ids, 16 * sizeof *a.ids);
+    }
+    generator_free(g);
 }
 
 static void test_stop_strings(void **state)
@@ -382,6 +650,10 @@ int main(void)
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_cancel_and_failure),
         cmocka_unit_test(test_rng_and_sampling),
+        cmocka_unit_test(test_penalties),
+        cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_truncation),
+        cmocka_unit_test(test_generator_sampling),
         cmocka_unit_test(test_stop_strings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <string.h>
 
 #include "common/buf.h"
@@ -104,12 +105,84 @@ static void test_chat_fields(void **state)
     openai_request_free(&r);
 }
 
+/* What off-the-shelf clients send with values that ask for nothing, and the
+ * sampling fields people use. */
+static void test_client_fields(void **state)
+{
+    openai_request r;
+    openai_error e;
+    (void)state;
+    assert_int_equal(parse(OPENAI_CHAT,
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
+        "\"content\":\"a\",\"tool_calls\":[]}],\"tools\":[],\"tool_choice\":\"none\",\"store\":false,"
+        "\"metadata\":{\"k\":\"v\"},\"response_format\":{\"type\":\"text\"},"
+        "\"parallel_tool_calls\":true,\"logprobs\":false,\"top_logprobs\":0}", &r, &e), 0);
+    assert_int_equal(r.logprobs, 0);
+    assert_int_equal(r.n_msgs, 2);
+    openai_request_free(&r);
+
+    assert_int_equal(parse(OPENAI_CHAT,
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"top_k\":40,\"min_p\":0.05,"
+        "\"repetition_penalty\":1.1,\"presence_penalty\":-0.5,\"frequency_penalty\":1.5,"
+        "\"min_tokens\":3,\"max_tokens\":9,\"stop_token_ids\":[7,8],\"logprobs\":true,"
+        "\"top_logprobs\":5}", &r, &e), 0);
+    assert_int_equal(r.top_k, 40);
+    assert_true(r.min_p == 0.05 && r.repetition_penalty == 1.1);
+    assert_true(r.presence_penalty == -0.5 && r.frequency_penalty == 1.5);
+    assert_int_equal(r.min_tokens, 3);
+    assert_int_equal(r.n_stop_ids, 2);
+    assert_int_equal(r.stop_ids[1], 8);
+    assert_int_equal(r.logprobs, 1);
+    assert_int_equal(r.top_logprobs, 5);
+    openai_request_free(&r);
+
+    /* defaults: every knob off */
+    assert_int_equal(parse(OPENAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],"
+                                        "\"top_k\":-1}", &r, &e), 0);
+    assert_int_equal(r.top_k, 0);
+    assert_true(r.min_p == 0 && r.repetition_penalty == 1 && r.presence_penalty == 0);
+    assert_int_equal(r.logprobs + r.top_logprobs + (int)r.n_stop_ids + (int)r.min_tokens, 0);
+    openai_request_free(&r);
+
+    /* completions: logprobs is a count; false or 0 ask for the token alone or nothing */
+    assert_int_equal(parse(OPENAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":3,\"best_of\":1}",
+                           &r, &e), 0);
+    assert_int_equal(r.logprobs, 1);
+    assert_int_equal(r.top_logprobs, 3);
+    openai_request_free(&r);
+    assert_int_equal(parse(OPENAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":0}", &r, &e), 0);
+    assert_int_equal(r.logprobs, 1);
+    assert_int_equal(r.top_logprobs, 0);
+    openai_request_free(&r);
+    assert_int_equal(parse(OPENAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":false}", &r, &e), 0);
+    assert_int_equal(r.logprobs, 0);
+    openai_request_free(&r);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
 #define M "\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]"
     refused(OPENAI_CHAT, "{" M ",\"logit_bias\":{}}", "logit_bias");
-    refused(OPENAI_CHAT, "{" M ",\"tools\":[]}", "tools");
+    refused(OPENAI_CHAT, "{" M ",\"tools\":[{\"type\":\"function\"}]}", "tools");
+    refused(OPENAI_CHAT, "{" M ",\"tool_choice\":\"required\"}", "tool_choice");
+    refused(OPENAI_CHAT, "{" M ",\"store\":true}", "store");
+    refused(OPENAI_CHAT, "{" M ",\"metadata\":{\"a\":1}}", "metadata");
+    refused(OPENAI_CHAT, "{" M ",\"response_format\":{\"type\":\"json_object\"}}", "response_format");
+    refused(OPENAI_CHAT, "{" M ",\"parallel_tool_calls\":\"yes\"}", "parallel_tool_calls");
+    refused(OPENAI_CHAT, "{" M ",\"top_k\":-2}", "top_k");
+    refused(OPENAI_CHAT, "{" M ",\"min_p\":1.5}", "min_p");
+    refused(OPENAI_CHAT, "{" M ",\"repetition_penalty\":0}", "repetition_penalty");
+    refused(OPENAI_CHAT, "{" M ",\"frequency_penalty\":2.5}", "frequency_penalty");
+    refused(OPENAI_CHAT, "{" M ",\"stop_token_ids\":[1,-1]}", "stop_token_ids");
+    refused(OPENAI_CHAT, "{" M ",\"min_tokens\":5,\"max_tokens\":4}", "min_tokens");
+    refused(OPENAI_CHAT, "{" M ",\"top_logprobs\":3}", "top_logprobs");
+    refused(OPENAI_CHAT, "{" M ",\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs");
+    refused(OPENAI_CHAT, "{" M ",\"logprobs\":1}", "logprobs");
+    refused(OPENAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs");
+    refused(OPENAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":21}", "logprobs");
+    refused(OPENAI_COMPLETION, "{\"prompt\":\"x\",\"best_of\":2}", "best_of");
+    refused(OPENAI_COMPLETION, "{\"prompt\":\"x\",\"tools\":[]}", "tools");
     refused(OPENAI_CHAT, "{" M ",\"prompt\":\"x\"}", "prompt");
     refused(OPENAI_CHAT, "{" M ",\"n\":2}", "n");
     refused(OPENAI_CHAT, "{" M ",\"temperature\":2.5}", "temperature");
@@ -123,8 +196,6 @@ static void test_refusals(void **state)
     refused(OPENAI_CHAT, "{" M ",\"stream\":1}", "stream");
     refused(OPENAI_CHAT, "{" M ",\"stream_options\":{\"include_usage\":true}}", "stream_options");
     refused(OPENAI_CHAT, "{" M ",\"stream\":true,\"stream_options\":{\"x\":1}}", "stream_options");
-    refused(OPENAI_CHAT, "{" M ",\"presence_penalty\":0.5}", "presence_penalty");
-    refused(OPENAI_CHAT, "{" M ",\"logprobs\":true}", "logprobs");
     refused(OPENAI_CHAT, "{" M ",\"reasoning_effort\":\"extreme\"}", "reasoning_effort");
     refused(OPENAI_CHAT, "{" M ",\"chat_template_kwargs\":{\"foo\":1}}", "chat_template_kwargs");
     refused(OPENAI_CHAT, "{" M ",\"echo\":false}", "echo");
@@ -277,12 +348,83 @@ static void test_replies(void **state)
     shoal_buf_free(&b);
 }
 
+/* logprobs in OpenAI's two shapes, and null when not asked */
+static void test_logprob_shapes(void **state)
+{
+    static const uint8_t hel[] = "Hel", lo[] = "lo", half[] = { 0xE2, 0x82 };
+    openai_lp_list l = { 0 }, rs = { 0 };
+    openai_lp_token t = { .tok = { hel, 3, -0.5f }, .text_offset = 0, .n_top = 2,
+                          .top = { { hel, 3, -0.5f }, { lo, 2, -INFINITY } } };
+    openai_reply_info ri = { .id = "x", .model = "m", .created = 1, .finish_reason = "stop" };
+    shoal_buf b;
+    shoal_json *j, *c0;
+    double d;
+    (void)state;
+
+    assert_int_equal(openai_lp_push(&l, &t), 0);
+    t = (openai_lp_token){ .tok = { half, 2, -2.25f }, .text_offset = 3, .n_top = 0 };
+    assert_int_equal(openai_lp_push(&l, &t), 0);
+    shoal_buf_init(&b, 0);
+
+    /* chat: content[] entries with bytes and top_logprobs; -inf as -9999 */
+    ri.lp = &l;
+    assert_int_equal(openai_chat_json(&ri, "Hel", 3, NULL, 0, &b), 0);
+    j = parse_json(&b);
+    c0 = shoal_json_array_at(shoal_json_path(shoal_json_array_at(shoal_json_get(j, "choices"), 0),
+                                             "logprobs.content"), 0);
+    assert_string_equal(shoal_json_str_value(shoal_json_get(c0, "token")), "Hel");
+    assert_int_equal(shoal_json_num(c0, "logprob", &d, NULL), 0);
+    assert_true(d == -0.5);
+    assert_int_equal(shoal_json_array_size(shoal_json_get(c0, "bytes")), 3);
+    assert_int_equal(shoal_json_int_value(shoal_json_array_at(shoal_json_get(c0, "bytes"), 0)), 'H');
+    assert_int_equal(shoal_json_num(shoal_json_array_at(shoal_json_get(c0, "top_logprobs"), 1),
+                                    "logprob", &d, NULL), 0);
+    assert_true(d == -9999.0);
+    /* a token that is half a character: U+FFFD as text, the bytes exact */
+    c0 = shoal_json_array_at(shoal_json_path(shoal_json_array_at(shoal_json_get(j, "choices"), 0),
+                                             "logprobs.content"), 1);
+    assert_string_equal(shoal_json_str_value(shoal_json_get(c0, "token")), "\xEF\xBF\xBD");
+    assert_int_equal(shoal_json_int_value(shoal_json_array_at(shoal_json_get(c0, "bytes"), 1)), 0x82);
+    shoal_json_free(j);
+
+    /* with reasoning: a second list beside content */
+    ri.lp_reasoning = &rs;
+    shoal_buf_reset(&b);
+    assert_int_equal(openai_chat_chunk(&ri, 0, "x", 1, NULL, 0, 0, &b), 0);
+    assert_non_null(strstr((const char *)b.data, "\"reasoning_content\":[]"));
+    ri.lp_reasoning = NULL;
+
+    /* completions: the legacy arrays; top_logprobs dicts hold the sampled token */
+    shoal_buf_reset(&b);
+    assert_int_equal(openai_completion_json(&ri, "Hel", 3, &b), 0);
+    j = parse_json(&b);
+    c0 = shoal_json_path(shoal_json_array_at(shoal_json_get(j, "choices"), 0), "logprobs");
+    assert_int_equal(shoal_json_array_size(shoal_json_get(c0, "tokens")), 2);
+    assert_int_equal(shoal_json_int_value(shoal_json_array_at(shoal_json_get(c0, "text_offset"), 1)), 3);
+    assert_int_equal(shoal_json_num(shoal_json_array_at(shoal_json_get(c0, "top_logprobs"), 0),
+                                    "lo", &d, NULL), 0);
+    assert_true(d == -9999.0);
+    assert_int_equal(shoal_json_object_size(shoal_json_array_at(shoal_json_get(c0, "top_logprobs"), 1)), 1);
+    shoal_json_free(j);
+
+    /* not asked: null */
+    ri.lp = NULL;
+    shoal_buf_reset(&b);
+    assert_int_equal(openai_completion_chunk(&ri, "x", 1, 0, &b), 0);
+    assert_non_null(strstr((const char *)b.data, "\"logprobs\":null"));
+    shoal_buf_free(&b);
+    openai_lp_list_free(&l);
+    openai_lp_list_free(&rs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_defaults),
         cmocka_unit_test(test_chat_fields),
+        cmocka_unit_test(test_client_fields),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_logprob_shapes),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_completion_prompts),
         cmocka_unit_test(test_replies),

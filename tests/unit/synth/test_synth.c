@@ -212,6 +212,7 @@ static void test_ranges(void **state)
 {
     const struct { synth_preset p; int layers, experts; } v[] = {
         { SYNTH_PRESET_TINY, 0, 0 }, { SYNTH_PRESET_SLICE, 0, 2 }, { SYNTH_PRESET_K3, 3, 5 },
+        { SYNTH_PRESET_ORACLE, 0, 0 },
     };
     uint64_t seed = 0x2545F4914F6CDD1DULL;
     (void)state;
