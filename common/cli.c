@@ -19,7 +19,7 @@
 #include "common/version.h"
 
 enum {
-    ID_HELP = SHOAL_CLI_ID_RESERVED, ID_VERSION, ID_MAN, ID_COMPLETION,
+    ID_HELP = SHOAL_CLI_ID_RESERVED, ID_VERSION, ID_MAN, ID_COMPLETION, ID_SECTION, ID_ARM,
 };
 #define VAL_BASE 0x100   /* getopt's val for table[i]: VAL_BASE + i */
 
@@ -28,6 +28,8 @@ static const shoal_cli_opt BUILTIN[] = {
     { "version", 0, NULL, ID_VERSION, "print the version and exit" },
     { "help-man", 0, NULL, ID_MAN, NULL },
     { "help-completion", 0, NULL, ID_COMPLETION, NULL },
+    { "help-man-section", 0, NULL, ID_SECTION, NULL },
+    { "help-completion-arm", 0, NULL, ID_ARM, NULL },
     { NULL, 0, NULL, 0, NULL },
 };
 
@@ -185,6 +187,12 @@ int shoal_cli_next(shoal_cli_parser *p, const char **val)
     case ID_VERSION:    shoal_cli_version(p->spec, stdout); break;
     case ID_MAN:        shoal_cli_man(p->spec, stdout); break;
     case ID_COMPLETION: shoal_cli_completion(p->spec, stdout); break;
+    case ID_SECTION:    shoal_cli_man_section(p->spec, stdout); break;
+    case ID_ARM:
+        shoal_cli_completion_arm(p->spec->prog + strcspn(p->spec->prog, " ") +
+                                 (p->spec->prog[strcspn(p->spec->prog, " ")] ? 1 : 0),
+                                 p->spec, stdout);
+        break;
     default:            return o->id;
     }
     p->exit = fflush(stdout) == 0 ? SHOAL_EXIT_OK : SHOAL_EXIT_FAIL;
@@ -239,7 +247,7 @@ static void help_opts(FILE *f, const shoal_cli_opt *t)
     for (; t && t->name; t++) {
         char left[96];
         int n;
-        if (!t->help)
+        if (!t->help || !t->help[0])
             continue;
         if (t->short_name)
             n = snprintf(left, sizeof left, "  -%c, --%s%s%s", t->short_name, t->name,

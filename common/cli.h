@@ -62,7 +62,8 @@ typedef struct shoal_cli_opt {
     int         short_name;    /* 'v', or 0 */
     const char *arg;           /* the value's name ("DIR", "on|off"); NULL: a flag */
     int         id;
-    const char *help;          /* lines joined by '\n'; NULL: not shown (hidden) */
+    const char *help;          /* lines joined by '\n'; NULL: hidden; "": completed but
+                                  not listed (the spec's text describes it) */
 } shoal_cli_opt;
 
 #define SHOAL_CLI_ID_RESERVED 0x7f00
@@ -91,6 +92,14 @@ typedef struct shoal_cli_spec {
     const char *man_extra;     /* roff sections after EXIT STATUS (ENVIRONMENT,
                                   FILES, SEE ALSO ...), or NULL */
     int  man_section;          /* 0: 1 (commands); shoald's is 8 */
+    /* Commands whose specs live elsewhere (shoal-engine's are built when
+     * each command runs): these print the man page's COMMANDS sections and
+     * the completion's per-command arms instead of walking cmds[].spec. */
+    void (*man_commands)(FILE *f);
+    void (*completion_commands)(FILE *f);
+    /* Options its commands share (listed once in the man page, after the
+     * commands, whose sections then only name the group), or NULL. */
+    const shoal_cli_opt *man_shared;
 } shoal_cli_spec;
 
 #define SHOAL_CLI_MAX_OPTS 96
@@ -138,5 +147,10 @@ void shoal_cli_man(const shoal_cli_spec *spec, FILE *f);
  * subcommands and their options, values of the form a|b|c, files and
  * directories for FILE/DIR/PATH values. */
 void shoal_cli_completion(const shoal_cli_spec *spec, FILE *f);
+/* One command's parts of those (what man_commands / completion_commands
+ * print per command; a command answers the hidden --help-man-section and
+ * --help-completion-arm with them). */
+void shoal_cli_man_section(const shoal_cli_spec *spec, FILE *f);
+void shoal_cli_completion_arm(const char *name, const shoal_cli_spec *spec, FILE *f);
 
 #endif

@@ -88,7 +88,7 @@ static void roff_paras(FILE *f, const char *s)
 static void roff_opts(FILE *f, const shoal_cli_opt *t)
 {
     for (; t && t->name; t++) {
-        if (!t->help)
+        if (!t->help || !t->help[0])
             continue;
         fputs(".TP\n", f);
         if (t->short_name)
@@ -132,6 +132,28 @@ static void upper(char *out, size_t cap, const char *s)
     out[i] = '\0';
 }
 
+void shoal_cli_man_section(const shoal_cli_spec *spec, FILE *f)
+{
+    fputs(".SS \"", f);
+    roff_str(f, spec->prog);
+    fputs("\"\n", f);
+    roff_synopsis(f, spec);
+    if (spec->about) {
+        fputs(".PP\n", f);
+        roff_paras(f, spec->about);
+    }
+    roff_opts(f, spec->opts);
+    if (spec->shared) {
+        fputs(".PP\nAnd the shared options (SHARED OPTIONS below): ", f);
+        roff_str(f, spec->shared_title ? spec->shared_title : "");
+        fputs(".\n", f);
+    }
+    if (spec->notes) {
+        fputs(".PP\n", f);
+        roff_paras(f, spec->notes);
+    }
+}
+
 void shoal_cli_man(const shoal_cli_spec *spec, FILE *f)
 {
     char title[64];
@@ -164,28 +186,25 @@ void shoal_cli_man(const shoal_cli_spec *spec, FILE *f)
         fputs(".PP\n", f);
         roff_paras(f, spec->notes);
     }
-    if (spec->cmds) {
+    if (spec->man_commands) {
+        fputs(".SH COMMANDS\n", f);
+        fflush(f);
+        spec->man_commands(f);
+    } else if (spec->cmds) {
         fputs(".SH COMMANDS\n", f);
         for (const shoal_cli_cmd *c = spec->cmds; c->name; c++) {
-            fputs(".SS \"", f);
-            roff_str(f, c->spec && c->spec->prog ? c->spec->prog : c->name);
-            fputs("\"\n", f);
-            if (!c->spec) {
-                roff_str(f, c->summary ? c->summary : "");
-                fputc('\n', f);
+            if (c->spec) {
+                shoal_cli_man_section(c->spec, f);
                 continue;
             }
-            roff_synopsis(f, c->spec);
-            if (c->spec->about) {
-                fputs(".PP\n", f);
-                roff_paras(f, c->spec->about);
-            }
-            roff_opts(f, c->spec->opts);
-            if (c->spec->notes) {
-                fputs(".PP\n", f);
-                roff_paras(f, c->spec->notes);
-            }
+            fprintf(f, ".SS \"%s\"\n", c->name);
+            roff_str(f, c->summary ? c->summary : "");
+            fputc('\n', f);
         }
+    }
+    if (spec->man_shared) {
+        fputs(".SH \"SHARED OPTIONS\"\n", f);
+        roff_opts(f, spec->man_shared);
     }
     fputs(".SH \"EXIT STATUS\"\n", f);
     for (size_t i = 0; i < sizeof EXITS / sizeof EXITS[0]; i++) {
@@ -267,6 +286,12 @@ static void comp_block(FILE *f, const shoal_cli_spec *s)
     fputs("\" ;;\n", f);
 }
 
+void shoal_cli_completion_arm(const char *name, const shoal_cli_spec *spec, FILE *f)
+{
+    fprintf(f, "    %s)\n", name);
+    comp_block(f, spec);
+}
+
 void shoal_cli_completion(const shoal_cli_spec *spec, FILE *f)
 {
     char fn[64];
@@ -293,12 +318,13 @@ void shoal_cli_completion(const shoal_cli_spec *spec, FILE *f)
     }
     fputs("    case $cmd in\n    \"\")\n", f);
     comp_block(f, spec);
-    for (const shoal_cli_cmd *c = spec->cmds; c && c->name; c++) {
-        if (!c->spec)
-            continue;
-        fprintf(f, "    %s)\n", c->name);
-        comp_block(f, c->spec);
+    if (spec->completion_commands) {
+        fflush(f);
+        spec->completion_commands(f);
     }
+    for (const shoal_cli_cmd *c = spec->cmds; !spec->completion_commands && c && c->name; c++)
+        if (c->spec)
+            shoal_cli_completion_arm(c->name, c->spec, f);
     fputs("    esac\n    if [[ $cur == -* ]]; then\n"
           "        COMPREPLY=($(compgen -W \"$opts\" -- \"$cur\"))\n", f);
     if (spec->cmds) {
