@@ -172,6 +172,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     }
     if (evhttp_request_get_command(req) != EVHTTP_REQ_GET &&
         evhttp_request_get_command(req) != EVHTTP_REQ_HEAD) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
         evhttp_send_error(req, 405, "GET only");
         return;
     }
@@ -236,7 +237,11 @@ int metrics_start(shoald *d, const char *addr, shoal_err *err)
     evhttp_set_timeout(d->metrics, 10);
     evhttp_set_max_headers_size(d->metrics, 8192);
     evhttp_set_max_body_size(d->metrics, 0);
-    evhttp_set_allowed_methods(d->metrics, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+    /* every method reaches on_request, which answers 405 (evhttp's own
+     * filter answers 501, which says the server cannot, not that it will not) */
+    evhttp_set_allowed_methods(d->metrics, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
+                               EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
+                               EVHTTP_REQ_PATCH);
     evhttp_set_gencb(d->metrics, on_request, d);
     bs = evhttp_bind_socket_with_handle(d->metrics, host, port);
     if (!bs)

@@ -20,11 +20,11 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    { "run", engine_cmd_run, "greedy generation from token ids (--tokens) or text (--prompt)" },
-    { "serve", engine_cmd_serve, "the OpenAI-compatible HTTP API" },
-    { "plan", engine_cmd_plan, "the memory plan, no weights read" },
-    { "tokenize", engine_cmd_tokenize, "text <-> token ids" },
-    { "info", engine_cmd_info, "version, kernels' ISA, cores" },
+    { "run", engine_cmd_run, "run MODEL --tokens IDS | --prompt TEXT: greedy generation" },
+    { "serve", engine_cmd_serve, "serve MODEL: the OpenAI-compatible HTTP API" },
+    { "plan", engine_cmd_plan, "plan MODEL: the memory plan, no weights read" },
+    { "tokenize", engine_cmd_tokenize, "tokenize [MODEL_DIR]: text <-> token ids" },
+    { "info", engine_cmd_info, "info [--json]: version, kernels' ISA, cores" },
     { "prompt", engine_cmd_prompt, "generation from text, streamed (run --prompt)" },   /* last */
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
