@@ -202,8 +202,9 @@ int shoal_cli_next(shoal_cli_parser *p, const char **val)
 int shoal_cli_bad_value(const shoal_cli_parser *p, const char *val, const char *want)
 {
     const char *prog = self(p->spec);
-    fprintf(stderr, "%s: bad value '%s' for %s%s%s (see %s --help)\n", prog, val ? val : "",
-            p->name ? p->name : "an option", want ? ": " : "", want ? want : "", prog);
+    fprintf(stderr, "%s: bad value for %s: %s%s%s%s (see %s --help)\n", prog,
+            p->name ? p->name : "an option", val ? val : "", want ? " (" : "", want ? want : "",
+            want ? ")" : "", prog);
     return SHOAL_EXIT_USAGE;
 }
 

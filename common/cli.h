@@ -128,7 +128,7 @@ void shoal_cli_begin(shoal_cli_parser *p, const shoal_cli_spec *spec, int argc, 
  * --version on stdout, 2 after printing a usage error on stderr. */
 int shoal_cli_next(shoal_cli_parser *p, const char **val);
 
-/* "PROG: bad value 'VAL' for --NAME[: WANT] (see PROG --help)" on
+/* "PROG: bad value for --NAME: VAL[ (WANT)] (see PROG --help)" on
  * stderr; returns SHOAL_EXIT_USAGE.  want may be NULL. */
 int shoal_cli_bad_value(const shoal_cli_parser *p, const char *val, const char *want);
 

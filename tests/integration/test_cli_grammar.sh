@@ -61,14 +61,14 @@ expect 2 "option '-o' needs a value" "hubget -o" -- "$BIN/hubget" hf://a/b f -o
 H=$T/home
 expect 2 "--log-level takes error\\|warn\\|info\\|debug\\|trace, not 'loud'" "shoald --log-level=loud" \
     -- "$BIN/shoald" --home="$H" --log-level=loud
-expect 2 "bad value 'x' for --parallel" "shoal-fetch --parallel=x" -- "$BIN/shoal-fetch" --parallel=x m
-expect 2 "bad value 'huge' for --max-size" "shoal-fetch --max-size=huge" -- "$BIN/shoal-fetch" --max-size=huge m
+expect 2 "bad value for --parallel: x" "shoal-fetch --parallel=x" -- "$BIN/shoal-fetch" --parallel=x m
+expect 2 "bad value for --max-size: huge" "shoal-fetch --max-size=huge" -- "$BIN/shoal-fetch" --max-size=huge m
 expect 2 "--range wants A-B" "hubget --range=9-1" -- "$BIN/hubget" --range=9-1 hf://a/b f
-expect 2 "bad value 'big' for --preset" "mkmodel --preset=big" -- "$BIN/mkmodel" --preset=big --out "$T/x"
-expect 2 "bad value 'x' for --port" "hubmock --port=x" -- "$BIN/hubmock" --port=x --synth a/b=tiny
-expect 2 "bad value '0' for --batch" "shoalc --batch=0" -- "$BIN/shoalc" --batch=0 stats
-expect 2 "bad value 'rows' for --by" "shoal stats --by=rows" -- "$BIN/shoal" --home="$H" stats --by=rows
-expect 2 "bad value 'lots' for --ram" "shoal-engine plan --ram=lots" -- "$BIN/shoal-engine" plan --ram=lots m
+expect 2 "bad value for --preset: big" "mkmodel --preset=big" -- "$BIN/mkmodel" --preset=big --out "$T/x"
+expect 2 "bad value for --port: x" "hubmock --port=x" -- "$BIN/hubmock" --port=x --synth a/b=tiny
+expect 2 "bad value for --batch: 0" "shoalc --batch=0" -- "$BIN/shoalc" --batch=0 stats
+expect 2 "bad value for --by: rows" "shoal stats --by=rows" -- "$BIN/shoal" --home="$H" stats --by=rows
+expect 2 "bad value for --ram: lots" "shoal-engine plan --ram=lots" -- "$BIN/shoal-engine" plan --ram=lots m
 # a good --opt=value takes effect
 expect 0 "" "mkmodel --out=DIR" -- "$BIN/mkmodel" --out="$T/m" --layers=2 --experts=4 --quiet
 [ -f "$T/m/config.json" ] || fail "mkmodel --out=DIR wrote nothing there"
