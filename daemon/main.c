@@ -51,7 +51,7 @@ static const shoal_cli_opt OPTS[] = {
     { "keep-spine", 0, NULL, OPT_KEEP_SPINE, "keep the BF16 spine matrices pinned after their\n"
                                              "derived pack exists (default: they become evictable)" },
     { "no-keep-spine", 0, NULL, OPT_NO_KEEP_SPINE, "return to the default\n"
-                                                   "(these five are kept in DIR/shoald.conf: a flag\n"
+                                                   "(these four are kept in DIR/shoald.conf: a flag\n"
                                                    "given here is written there and applies at\n"
                                                    "later starts)" },
     { "log", 0, "FILE", OPT_LOG, "log to FILE (SIGHUP reopens it); default stderr, or\n"
