@@ -19,6 +19,14 @@ PKGS      := libcurl sqlite3 libevent libevent_pthreads jansson libpcre2-8 \
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
+# shoald tells systemd when it is ready (sd_notify) when libsystemd is
+# there; without it (macOS, SYSTEMD=no) it builds all the same and a
+# Type=notify unit would wait in vain: use Type=exec there.
+SYSTEMD   ?= auto
+HAVE_SYSTEMD = $(if $(filter no,$(SYSTEMD)),,$(shell pkg-config --exists libsystemd 2>/dev/null && echo 1))
+SYSTEMD_CFLAGS = $(if $(HAVE_SYSTEMD),-DHAVE_SYSTEMD $(shell pkg-config --cflags libsystemd))
+SYSTEMD_LIBS   = $(if $(HAVE_SYSTEMD),$(shell pkg-config --libs libsystemd))
+
 WARN      := -Wall -Wextra -Wshadow -Wformat=2 -Werror
 CFLAGS    ?=
 CFLAGS    += -std=c11 $(WARN) $(OPT) -g -D_GNU_SOURCE -pthread \
@@ -98,7 +106,8 @@ BENCH_SRC := $(wildcard bench/*/main.c)
 BENCH_BINS := $(patsubst bench/%/main.c,$(BUILD)/bench/%,$(BENCH_SRC))
 BENCHLIB_SRC := $(wildcard bench/lib/*.c)
 
-.PHONY: all deps test unit integration demo asan lint bench fuzz clean help tests-build
+.PHONY: all deps test unit integration demo asan lint bench fuzz clean help tests-build \
+        man install install-dev uninstall
 .DEFAULT_GOAL := all
 
 all: check-deps $(BINARIES)
@@ -112,6 +121,9 @@ help:
 	@echo "make lint     banned functions, file and function sizes, rooms' includes"
 	@echo "make bench    benchmarks; figures in bench/out/results.json"
 	@echo "make fuzz     libFuzzer targets for a bounded time (clang)"
+	@echo "make install  binaries, man pages, bash completion, the systemd unit into"
+	@echo "              \$$DESTDIR\$$PREFIX (PREFIX=/usr/local); make uninstall removes them"
+	@echo "make install-dev  the developer tools too (hubmock, mkmodel, hubget, stinfo, shoalc)"
 	@echo "make clean    remove build/, bin/ and generated output"
 
 deps:
@@ -141,9 +153,10 @@ $(BIN)/$(1): $(call objs,$(wildcard tools/$(1)/*.c)) $(call libs_for,$(1))
 endef
 $(foreach t,$(TOOLS),$(eval $(call TOOL_RULE,$(t))))
 
+$(BUILD)/daemon/main.o: XFLAGS = $(SYSTEMD_CFLAGS)
 $(BIN)/shoald: $(call objs,$(wildcard daemon/*.c)) $(call libs_for,shoald)
 	@mkdir -p $(BIN)
-	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(SYSTEMD_LIBS) $(LDLIBS)
 
 $(BIN)/shoal-engine: $(call objs,$(wildcard engine/cli/*.c)) $(call libs_for,shoal-engine)
 	@mkdir -p $(BIN)
@@ -204,5 +217,68 @@ fuzz:
 
 clean:
 	rm -rf build build-asan build-fuzz bin bench/out demo
+
+# ---- install ---------------------------------------------------------------
+# What a user runs is installed; the developer tools (hubmock, mkmodel,
+# hubget, stinfo, shoalc: tests, benchmarks, the demo) stay in bin/ unless
+# `make install-dev`.  Man pages and bash completions are made by the
+# built binaries from their own option tables (`PROG --help-man`,
+# `PROG --help-completion`; common/cli.h), so they say what the binary
+# does.  The systemd user unit gets ExecStart= pointing into PREFIX; the
+# system-wide unit is an example under the docs.
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+BINDIR    ?= $(PREFIX)/bin
+MANDIR    ?= $(PREFIX)/share/man
+DOCDIR    ?= $(PREFIX)/share/doc/shoal
+COMPDIR   ?= $(PREFIX)/share/bash-completion/completions
+UNITDIR   ?= $(PREFIX)/lib/systemd/user
+USER_BINS := shoald shoal shoal-engine shoal-fetch
+DEV_BINS  := hubmock mkmodel hubget stinfo shoalc
+man_name   = $(1).$(if $(filter shoald,$(1)),8,1)
+MAN_PAGES  = $(foreach b,$(USER_BINS) $(DEV_BINS),$(BUILD)/man/$(call man_name,$(b)))
+COMPLETIONS = $(addprefix $(BUILD)/completion/,$(USER_BINS) $(DEV_BINS))
+
+$(BUILD)/man/%.1: $(BIN)/%
+	@mkdir -p $(dir $@)
+	$< --help-man > $@.tmp && mv $@.tmp $@
+$(BUILD)/man/%.8: $(BIN)/%
+	@mkdir -p $(dir $@)
+	$< --help-man > $@.tmp && mv $@.tmp $@
+$(BUILD)/completion/%: $(BIN)/%
+	@mkdir -p $(dir $@)
+	$< --help-completion > $@.tmp && mv $@.tmp $@
+
+man: all $(MAN_PAGES) $(COMPLETIONS)
+
+# install_bins DIR-less list: each binary with its man page and completion
+install_bins = for b in $(1); do s=1; [ $$b = shoald ] && s=8; \
+	    install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man$$s $(DESTDIR)$(COMPDIR) && \
+	    install -m 0755 $(BIN)/$$b $(DESTDIR)$(BINDIR)/$$b && \
+	    install -m 0644 $(BUILD)/man/$$b.$$s $(DESTDIR)$(MANDIR)/man$$s/$$b.$$s && \
+	    install -m 0644 $(BUILD)/completion/$$b $(DESTDIR)$(COMPDIR)/$$b || exit 1; done
+
+install: man
+	$(call install_bins,$(USER_BINS))
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR)/docs
+	sed 's|/usr/local/bin/|$(BINDIR)/|g' contrib/systemd/shoald.service \
+	    > $(DESTDIR)$(UNITDIR)/shoald.service
+	sed 's|/usr/local/bin/|$(BINDIR)/|g' contrib/systemd/shoald-system.service \
+	    > $(DESTDIR)$(DOCDIR)/examples/shoald-system.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/shoald.service $(DESTDIR)$(DOCDIR)/examples/shoald-system.service
+	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
+	@echo "installed into $(DESTDIR)$(PREFIX): $(USER_BINS), their man pages and completions;"
+	@echo "the user unit $(UNITDIR)/shoald.service (systemctl --user enable --now shoald)"
+
+install-dev: install
+	$(call install_bins,$(DEV_BINS))
+
+uninstall:
+	rm -f $(foreach b,$(USER_BINS) $(DEV_BINS),$(DESTDIR)$(BINDIR)/$(b) \
+	    $(DESTDIR)$(MANDIR)/man$(if $(filter shoald,$(b)),8,1)/$(call man_name,$(b)) \
+	    $(DESTDIR)$(COMPDIR)/$(b))
+	rm -f $(DESTDIR)$(UNITDIR)/shoald.service
+	rm -rf $(DESTDIR)$(DOCDIR)
 
 -include $(shell find $(BUILD) build-asan -name '*.d' 2>/dev/null)

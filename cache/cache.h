@@ -464,6 +464,10 @@ void cache_stats_add(cache *c, const cache_req *req, cache_outcome outcome,
  * towards the flush threshold. */
 void cache_stats_add_counts(cache *c, const cache_req *req, const cache_counts *n);
 
+/* One tier's totals counted by this handle since it was opened, from
+ * memory (no SQLite): the daemon's /metrics.  Zeros for a reader. */
+void cache_stats_since_open(const cache *c, int tier, cache_counts *out);
+
 /* Nonzero when enough events or time have gathered for a flush. */
 int cache_flush_due(const cache *c);
 

@@ -133,6 +133,7 @@ struct cache {
     cmap      by_count;
     uint64_t  pending_events;
     uint64_t  last_flush_ns;
+    cache_counts since_open[CACHE_TIER_COUNT_];   /* every tier total since open (never flushed) */
 
     struct cache_writer *writers;   /* active writers */
 

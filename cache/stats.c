@@ -77,18 +77,23 @@ static ccount *count_row(cache *c, uint64_t session, int64_t model, int32_t laye
     return &c->counts[c->ncounts++];
 }
 
+static void counts_add(cache_counts *v, const cache_counts *n)
+{
+    v->hits += n->hits;
+    v->misses += n->misses;
+    v->joins += n->joins;
+    v->bytes_in += n->bytes_in;
+    v->bytes_out += n->bytes_out;
+    v->wait_ns += n->wait_ns;
+}
+
 static void count_into(ccount *r, const cache_counts *n)
 {
     if (!r) {
         LOG_WARN(CACHE_TAG, "out of memory: a counter event was dropped");
         return;
     }
-    r->v.hits += n->hits;
-    r->v.misses += n->misses;
-    r->v.joins += n->joins;
-    r->v.bytes_in += n->bytes_in;
-    r->v.bytes_out += n->bytes_out;
-    r->v.wait_ns += n->wait_ns;
+    counts_add(&r->v, n);
 }
 
 void cache_stats_add_counts(cache *c, const cache_req *req, const cache_counts *n)
@@ -99,6 +104,7 @@ void cache_stats_add_counts(cache *c, const cache_req *req, const cache_counts *
     if (!c || !req || !n || c->cfg.read_only)
         return;
     tier = (unsigned)req->tier < CACHE_TIER_COUNT_ ? (int32_t)req->tier : CACHE_TIER_DISK;
+    counts_add(&c->since_open[tier], n);
     count_into(count_row(c, 0, 0, -1, -1, tier), n);
     if (req->session)
         count_into(count_row(c, req->session, 0, -1, -1, tier), n);
@@ -121,6 +127,13 @@ void cache_stats_add(cache *c, const cache_req *req, cache_outcome outcome,
     cache_counts n = { outcome == CACHE_HIT, outcome == CACHE_MISS, outcome == CACHE_JOIN,
                        bytes_in, bytes_out, wait_ns };
     cache_stats_add_counts(c, req, &n);
+}
+
+void cache_stats_since_open(const cache *c, int tier, cache_counts *out)
+{
+    memset(out, 0, sizeof *out);
+    if (c && tier >= 0 && tier < CACHE_TIER_COUNT_)
+        *out = c->since_open[tier];
 }
 
 /* Recency for the eviction policy; the index learns it at the next flush. */

@@ -26,6 +26,7 @@
  *   derived.c  derived objects: PUT, PUT_BEGIN / PUT_COMMIT, lookup by name
  *   ops.c      the request handlers
  *   stats.c    the STATS JSON (docs/stats-json.md)
+ *   metrics.c  --metrics: the counters in Prometheus's text format over HTTP
  *
  * Memory bound (docs/daemon.md): per connection, input is at most one frame
  * (24 + 1 MiB); outstanding GET keys are at most DAEMON_CONN_MAX_KEYS;
@@ -51,6 +52,7 @@
 
 struct event_base;
 struct event;
+struct evhttp;
 
 #define DAEMON_CONN_MAX_KEYS     8192   /* outstanding GET keys per connection */
 #define DAEMON_CONN_MAX_CONTROL  64     /* queued non-GET replies before reading pauses */
@@ -105,6 +107,7 @@ typedef struct daemon_config {
     const char *endpoint;          /* HF endpoint (NULL: default) */
     const char *token;             /* NULL: anonymous */
     uint32_t flush_ms;             /* counter flush timer */
+    const char *metrics;           /* --metrics ADDR:PORT, NULL: off */
     int      no_fsync;             /* tests and benchmarks only */
 } daemon_config;
 
@@ -134,6 +137,8 @@ struct shoald {
     struct workers *workers;       /* work.c */
     work  *work_live;              /* jobs posted and not done (loop thread) */
     opening *openings;             /* models being opened (model.c) */
+    struct evhttp *metrics;        /* --metrics (metrics.c), or NULL */
+    char   metrics_url[160];
 };
 
 /* ---- work.c ------------------------------------------------------------------- */
@@ -558,5 +563,15 @@ void *settings_json(const daemon_config *cfg);
 /* ---- stats.c ---------------------------------------------------------------------- */
 
 int stats_json(shoald *d, const char *query, size_t qlen, shoal_buf *out, shoal_err *err);
+
+/* ---- metrics.c -------------------------------------------------------------------- */
+
+/* Serve /metrics on addr ("PORT", "ADDR:PORT", "[V6]:PORT"; a bare port
+ * is loopback's) from the loop; addr NULL: nothing.  d->metrics_url says
+ * where (the port a 0 got). */
+int  metrics_start(shoald *d, const char *addr, shoal_err *err);
+void metrics_stop(shoald *d);
+/* The page, appended to out (from memory only: never SQLite). */
+int  metrics_render(shoald *d, shoal_buf *out);
 
 #endif

@@ -2,12 +2,16 @@
  *
  * Owns: flags and environment (read here and nowhere else), the home
  * directory, logging, --detach (fork, a pipe through which the child says
- * whether it started, a pid file), the signal events (SIGTERM/SIGINT:
+ * whether it started, the parent's line saying where it runs, a pid
+ * file), the service manager's notifications (sd_notify when built with
+ * libsystemd: READY=1 once the socket listens, STOPPING=1, STATUS=), the
+ * signal events (SIGTERM/SIGINT:
  * stop accepting, park transfers, save jobs, flush counters, exit 0;
  * SIGHUP: reopen the log), the counter flush timer, and the order in which
  * the parts are built and torn down.  docs/daemon.md is the user's page.
  */
 #include "daemon/daemon_int.h"
+#include "common/cli.h"
 #include "common/hfenv.h"
 #include "common/log.h"
 #include "common/sys.h"
@@ -20,99 +24,132 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-"usage: shoald [options]\n"
-"\n"
-"shoal's daemon: owns the cache directory, fetches experts from upstream,\n"
-"warms the cache in the background and serves engines over a Unix socket\n"
-"($SHOAL_HOME/shoald.sock).  See docs/daemon.md.\n"
-"\n"
-"  --home DIR         cache directory (default $SHOAL_HOME, else\n"
-"                     $XDG_CACHE_HOME/shoal, else ~/.cache/shoal)\n"
-"  --max-size SIZE    cache budget (\"200G\"; default, or auto: 90%% of the free\n"
-"                     disk + what the cache holds, leaving 10 GiB free)\n"
-"  --parallel N       transfers at once (default 8)\n"
-"  --split-min SIZE   smallest part when one object goes over several\n"
-"                     connections (default 2M; 0 = never split)\n"
-"  --keep-spine       keep the BF16 spine matrices pinned after their derived\n"
-"                     pack exists (default: they become evictable);\n"
-"                     --no-keep-spine returns to the default\n"
-"                     (these four are kept in DIR/shoald.conf: a flag given\n"
-"                     here is written there and applies at later starts)\n"
-"  --log FILE         log to FILE (SIGHUP reopens it); default stderr, or\n"
-"                     DIR/shoald.log with --detach\n"
-"  --log-level L      error|warn|info|debug|trace (default info)\n"
-"  --detach           run in the background; write a pid file\n"
-"  --pid-file FILE    with --detach (default DIR/shoald.pid)\n"
-"  --no-fsync         skip fsyncs (tests and benchmarks only)\n"
-"  --version, --help\n"
-"\n"
-"Upstream: HF_ENDPOINT (default https://huggingface.co); the token from\n"
-"HF_TOKEN, HUGGING_FACE_HUB_TOKEN or $HF_TOKEN_PATH ($HF_HOME/token,\n"
-"~/.cache/huggingface/token), sent only to the endpoint's host.\n");
-}
+enum {
+    OPT_HOME = 1, OPT_MAX_SIZE, OPT_PARALLEL, OPT_SPLIT_MIN, OPT_KEEP_SPINE, OPT_NO_KEEP_SPINE,
+    OPT_LOG, OPT_LOG_LEVEL, OPT_DETACH, OPT_PID_FILE, OPT_METRICS, OPT_NO_FSYNC,
+};
+
+static const shoal_cli_opt OPTS[] = {
+    { "home", 0, "DIR", OPT_HOME, "cache directory (default $SHOAL_HOME, else\n"
+                                  "$XDG_CACHE_HOME/shoal, else ~/.cache/shoal)" },
+    { "max-size", 0, "SIZE", OPT_MAX_SIZE, "cache budget (\"200G\"; default, or auto: 90% of the\n"
+                                           "free disk + what the cache holds, leaving 10 GiB free)" },
+    { "parallel", 0, "N", OPT_PARALLEL, "transfers at once (default 8)" },
+    { "split-min", 0, "SIZE", OPT_SPLIT_MIN, "smallest part when one object goes over several\n"
+                                             "connections (default 2M; 0 = never split)" },
+    { "keep-spine", 0, NULL, OPT_KEEP_SPINE, "keep the BF16 spine matrices pinned after their\n"
+                                             "derived pack exists (default: they become evictable)" },
+    { "no-keep-spine", 0, NULL, OPT_NO_KEEP_SPINE, "return to the default\n"
+                                                   "(these four are kept in DIR/shoald.conf: a flag\n"
+                                                   "given here is written there and applies at\n"
+                                                   "later starts)" },
+    { "log", 0, "FILE", OPT_LOG, "log to FILE (SIGHUP reopens it); default stderr, or\n"
+                                 "DIR/shoald.log with --detach" },
+    { "log-level", 0, "error|warn|info|debug|trace", OPT_LOG_LEVEL, "default info" },
+    { "detach", 0, NULL, OPT_DETACH, "run in the background; print its pid, log and socket;\n"
+                                     "write a pid file" },
+    { "pid-file", 0, "FILE", OPT_PID_FILE, "with --detach (default DIR/shoald.pid)" },
+    { "metrics", 0, "[ADDR:]PORT", OPT_METRICS, "serve /metrics (Prometheus text) on ADDR:PORT\n"
+                                                "(default address 127.0.0.1; default: off)" },
+    { "no-fsync", 0, NULL, OPT_NO_FSYNC, "skip fsyncs (tests and benchmarks only)" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+static const shoal_cli_spec SPEC = {
+    .prog = "shoald",
+    .summary = "the shoal cache daemon",
+    .man_section = 8,
+    .synopsis = "shoald [options]",
+    .about = "shoal's daemon: owns the cache directory, fetches experts from upstream,\n"
+             "warms the cache in the background and serves engines over a Unix socket\n"
+             "($SHOAL_HOME/shoald.sock, mode 0600).  Under systemd (Type=notify) it says\n"
+             "READY=1 once the socket listens.  See docs/daemon.md.",
+    .opts = OPTS,
+    .notes = "Upstream: HF_ENDPOINT (default https://huggingface.co); the token from\n"
+             "HF_TOKEN, HUGGING_FACE_HUB_TOKEN or $HF_TOKEN_PATH ($HF_HOME/token,\n"
+             "~/.cache/huggingface/token), sent only to the endpoint's host.",
+    .man_extra =
+        ".SH SIGNALS\n"
+        ".TP\n.B SIGTERM, SIGINT\nstop accepting, park transfers (a later start resumes them), "
+        "save warm jobs, flush counters, exit 0.\n"
+        ".TP\n.B SIGHUP\nreopen the log file (after logrotate moved it).\n"
+        ".SH FILES\n"
+        ".TP\n.I $SHOAL_HOME/shoald.sock\nthe socket engines and shoal(1) connect to\n"
+        ".TP\n.I $SHOAL_HOME/shoald.conf\nsettings kept between starts\n"
+        ".TP\n.I $SHOAL_HOME/index.db, objects/\nthe cache (docs/cache-format.md)\n"
+        ".TP\n.I $SHOAL_HOME/shoald.log, shoald.pid\nwith \\-\\-detach\n"
+        ".SH ENVIRONMENT\n"
+        "SHOAL_HOME, XDG_CACHE_HOME, HOME; HF_ENDPOINT, HF_TOKEN, HUGGING_FACE_HUB_TOKEN,\n"
+        "HF_TOKEN_PATH, HF_HOME; NOTIFY_SOCKET (systemd).\n"
+        ".SH \"SEE ALSO\"\nshoal(1), shoal\\-engine(1), systemd.service(5)\n",
+};
 
 typedef struct opts {
-    const char *home, *log, *log_level, *pid_file;
+    const char *home, *log, *log_level, *pid_file, *metrics;
     const char *set[DSET_COUNT];   /* settings given (settings.c), NULL: not */
     int detach, no_fsync;
 } opts;
 
+/* -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, opts *o)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char **slot = NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            exit(0);
-        } else if (strcmp(a, "--version") == 0) {
-            printf("shoald %s\n", SHOAL_VERSION);
-            exit(0);
-        } else if (strcmp(a, "--detach") == 0) {
-            o->detach = 1;
-        } else if (strcmp(a, "--no-fsync") == 0) {
-            o->no_fsync = 1;
-        } else if (strcmp(a, "--home") == 0) {
-            slot = &o->home;
-        } else if (strcmp(a, "--keep-spine") == 0) {
-            o->set[DSET_KEEP_SPINE] = "yes";
-        } else if (strcmp(a, "--no-keep-spine") == 0) {
-            o->set[DSET_KEEP_SPINE] = "no";
-        } else if (strcmp(a, "--max-size") == 0) {
-            slot = &o->set[DSET_MAX_SIZE];
-        } else if (strcmp(a, "--parallel") == 0) {
-            slot = &o->set[DSET_PARALLEL];
-        } else if (strcmp(a, "--split-min") == 0) {
-            slot = &o->set[DSET_SPLIT_MIN];
-        } else if (strcmp(a, "--log") == 0) {
-            slot = &o->log;
-        } else if (strcmp(a, "--log-level") == 0) {
-            slot = &o->log_level;
-        } else if (strcmp(a, "--pid-file") == 0) {
-            slot = &o->pid_file;
-        } else {
-            fprintf(stderr, "shoald: unknown argument %s (see --help)\n", a);
-            return -1;
-        }
-        if (slot) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "shoald: %s needs a value\n", a);
-                return -1;
-            }
-            *slot = argv[++i];
+    shoal_cli_parser p;
+    const char *v;
+    int id;
+
+    shoal_cli_begin(&p, &SPEC, argc, argv);
+    while ((id = shoal_cli_next(&p, &v)) > 0) {
+        switch (id) {
+        case OPT_DETACH:        o->detach = 1; break;
+        case OPT_NO_FSYNC:      o->no_fsync = 1; break;
+        case OPT_HOME:          o->home = v; break;
+        case OPT_KEEP_SPINE:    o->set[DSET_KEEP_SPINE] = "yes"; break;
+        case OPT_NO_KEEP_SPINE: o->set[DSET_KEEP_SPINE] = "no"; break;
+        case OPT_MAX_SIZE:      o->set[DSET_MAX_SIZE] = v; break;
+        case OPT_PARALLEL:      o->set[DSET_PARALLEL] = v; break;
+        case OPT_SPLIT_MIN:     o->set[DSET_SPLIT_MIN] = v; break;
+        case OPT_LOG:           o->log = v; break;
+        case OPT_LOG_LEVEL:     o->log_level = v; break;
+        case OPT_PID_FILE:      o->pid_file = v; break;
+        case OPT_METRICS:       o->metrics = v; break;
         }
     }
-    return 0;
+    if (id < 0)
+        return p.exit;
+    if (p.optind < argc)
+        return shoal_cli_usage_error(&SPEC, "takes no arguments ('%s')", argv[p.optind]);
+    return -1;
+}
+
+/* ---- systemd ------------------------------------------------------------------------ */
+
+/* Tell the service manager (Type=notify) a state line: READY=1,
+ * STOPPING=1, STATUS=....  Nothing outside systemd (no NOTIFY_SOCKET) or
+ * in a build without libsystemd. */
+static void notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void notify(const char *fmt, ...)
+{
+#ifdef HAVE_SYSTEMD
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    sd_notify(0, line);
+#else
+    (void)fmt;
+#endif
 }
 
 /* ---- signals and timers --------------------------------------------------------- */
@@ -124,6 +161,8 @@ static void daemon_stop(shoald *d, const char *why)
         return;
     d->stopping = 1;
     LOG_INFO("shoald", "%s: stopping (transfers parked, counters flushed)", why);
+    notify("STOPPING=1\nSTATUS=stopping (%s): parking transfers, flushing counters", why);
+    metrics_stop(d);
     server_close(d);
     work_stop_all(d);   /* jobs end soon; work_shutdown joins them */
     upstream_park_all(d);
@@ -249,6 +288,8 @@ static int daemon_open(shoald *d, shoal_err *err)
         return rc;
     if ((rc = server_listen(d, err)) != 0)
         return rc;
+    if ((rc = metrics_start(d, d->cfg.metrics, err)) != 0)
+        return rc;
     for (int i = 0; i < 3; i++) {
         d->ev_sig[i] = evsignal_new(d->base, sigs[i], on_signal, d);
         if (!d->ev_sig[i] || event_add(d->ev_sig[i], NULL) != 0)
@@ -265,6 +306,7 @@ static int daemon_open(shoald *d, shoal_err *err)
 static void daemon_close(shoald *d)
 {
     server_close(d);
+    metrics_stop(d);
     if (d->base)
         conn_free_all(d);
     d->stopping = 1;
@@ -294,9 +336,10 @@ static void raise_nofile(void)
     }
 }
 
-/* Fork; the parent waits for the child's word through a pipe and exits
- * with it.  Returns the write end in the child (-1 when not detaching). */
-static int detach(void)
+/* Fork; the parent waits for the child's word through a pipe, says
+ * where the daemon runs (pid, log, socket) and exits with it.  Returns the
+ * write end in the child (-2 when the fork failed). */
+static int detach(const char *log_path, const char *socket_path)
 {
     int p[2];
     pid_t pid;
@@ -312,8 +355,12 @@ static int detach(void)
         while ((n = read(p[0], msg + got, sizeof msg - 1 - (size_t)got)) > 0)
             got += n;
         msg[got > 0 ? got : 0] = '\0';
-        if (got > 0 && strcmp(msg, "ok") == 0)
+        if (got > 0 && strncmp(msg, "ok", 2) == 0) {
+            printf("shoald started (pid %ld), log %s, socket %s%s\n", (long)pid, log_path,
+                   socket_path, msg + 2);
+            fflush(stdout);
             _exit(0);
+        }
         fprintf(stderr, "shoald: %s\n", got > 0 ? msg : "the daemon exited during start-up");
         _exit(1);
     }
@@ -350,16 +397,18 @@ int main(int argc, char **argv)
     char *token = NULL;
     int pipe_fd = -1, rc = 1;
 
-    if (parse_args(argc, argv, &o) != 0)
-        return 2;
+    if ((rc = parse_args(argc, argv, &o)) >= 0)
+        return rc;
+    rc = 1;
     if (o.log_level && shoal_log_level_parse(o.log_level, &level) != 0) {
-        fprintf(stderr, "shoald: --log-level takes error|warn|info|debug|trace\n");
-        return 2;
+        return shoal_cli_usage_error(&SPEC, "--log-level takes error|warn|info|debug|trace, "
+                                     "not '%s'", o.log_level);
     }
     if (config_build(&o, &d.cfg, &err) != 0) {
         fprintf(stderr, "shoald: %s\n", err.msg);
-        return 1;
+        return err.code == SHOAL_EINVAL ? SHOAL_EXIT_USAGE : shoal_exit_for(err.code);
     }
+    d.cfg.metrics = o.metrics;
     signal(SIGPIPE, SIG_IGN);
     raise_nofile();
     log_path[0] = '\0';
@@ -376,7 +425,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (o.detach) {
-        pipe_fd = detach();
+        pipe_fd = detach(log_path, d.cfg.socket_path);
         if (pipe_fd == -2) {
             fprintf(stderr, "shoald: cannot detach: %s\n", strerror(errno));
             return 1;
@@ -394,6 +443,8 @@ int main(int argc, char **argv)
             tell_parent(pipe_fd, err.msg);
         else
             fprintf(stderr, "shoald: %s\n", err.msg);
+        notify("STATUS=failed to start: %s", err.msg);
+        rc = err.code == SHOAL_ELOCKED ? SHOAL_EXIT_BUSY : shoal_exit_for(err.code);
         goto out;
     }
     if (o.detach) {
@@ -405,8 +456,13 @@ int main(int argc, char **argv)
     warm_resume_all(d.warm);
     LOG_INFO("shoald", "shoald %s ready on %s (parallel %d, pid %ld)", SHOAL_VERSION,
              d.cfg.socket_path, d.cfg.parallel, (long)getpid());
+    notify("READY=1\nSTATUS=serving %s%s%s", d.cfg.socket_path, d.metrics ? ", metrics " : "",
+           d.metrics ? d.metrics_url : "");
     if (pipe_fd >= 0) {
-        tell_parent(pipe_fd, "ok");
+        char ok[200];
+        snprintf(ok, sizeof ok, "ok%s%s", d.metrics ? ", metrics " : "",
+                 d.metrics ? d.metrics_url : "");
+        tell_parent(pipe_fd, ok);
         pipe_fd = -1;
     } else {
         printf("shoald ready %s\n", d.cfg.socket_path);

@@ -23,6 +23,10 @@ APT_PKGS=(gcc make pkg-config libcurl4-openssl-dev libsqlite3-dev libevent-dev
 [ "$(uname -m)" = x86_64 ] && APT_PKGS+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 PC_PKGS=(libcurl sqlite3 libevent libevent_pthreads jansson libpcre2-8 cmocka
          libxxhash libcrypto)
+# libsystemd-dev: shoald's sd_notify (optional: the Makefile builds without
+# it, so it is not in PC_PKGS); systemd: systemd-analyze verifies the units
+# (no running systemd needed); man-db: `man -l` renders the man pages.
+APT_PKGS+=(libsystemd-dev systemd man-db)
 NPM_DIR=tests/node
 mode=${1:-install}
 

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/cli.h"
 #include "common/err.h"
 #include "common/path.h"
 #include "engine/source/source.h"
@@ -62,14 +63,15 @@ typedef struct cli_option {
 /* Set a command's own option; 0, or -1 for a bad value (the parser says so). */
 typedef int (*cli_own_fn)(void *ctx, int id, const char *val);
 
-/* The shared options' help, printed after a command's own usage. */
-extern const char CLI_SHARED_HELP[];
+/* The shared options' table (their names, values and help). */
+extern const shoal_cli_opt CLI_SHARED_OPTS[];
 
 void cli_opts_init(cli_opts *o);
 
-/* Parse argv with the shared table and `own` (terminated by a NULL name):
- * exactly one MODEL.  0: go on; 1: --help or --version printed (exit 0);
- * 2: a usage error printed (exit 2). */
+/* Parse argv with the shared table and `own` (terminated by a NULL name)
+ * through common/cli.h: exactly one MODEL.  0: go on; 1: --help,
+ * --version (or the man page / completion parts) printed (exit 0); 2: a
+ * usage error printed (exit 2). */
 int cli_parse(const char *cmd, int argc, char **argv, const cli_option *own, cli_own_fn fn,
               void *ctx, void (*usage)(FILE *), cli_opts *o);
 
@@ -80,7 +82,11 @@ int cli_home(const char *cmd, cli_opts *o, shoal_err *err);
 /* A whole decimal or real number in [lo, hi].  0 or -1. */
 int cli_number(const char *s, double lo, double hi, double *out);
 
-/* engine_progress_fn printing "spine: PHASE: N% (A of B)" on stderr. */
+/* engine_progress_fn showing "spine: PHASE  N %  A / B ..." on stderr
+ * (common/progress.h); main() calls cli_progress_setup with the
+ * environment's settings first. */
+struct shoal_meter_cfg;
+void cli_progress_setup(const struct shoal_meter_cfg *cfg);
 void cli_progress(void *ctx, const char *phase, uint64_t done, uint64_t total);
 
 #endif

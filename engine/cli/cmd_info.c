@@ -7,30 +7,41 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/cli.h"
 #include "common/version.h"
 #include "engine/cli/cli_int.h"
 #include "engine/kernels/kernels.h"
 
+static const shoal_cli_opt INFO_OPTS[] = {
+    { "json", 0, NULL, 1, "one JSON object" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+static const shoal_cli_spec INFO_SPEC = {
+    .prog = "shoal-engine info",
+    .synopsis = "shoal-engine info [--json]",
+    .about = "The engine's version, the kernels' ISA it picks on this CPU (the\n"
+             "best this build and CPU run), every ISA they could run, and the\n"
+             "cores it uses by default.",
+    .opts = INFO_OPTS,
+};
+
 int engine_cmd_info(int argc, char **argv)
 {
-    int json = 0;
+    int json = 0, id;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    kernels_isa isa = kernels_init();
+    kernels_isa isa;
+    shoal_cli_parser p;
+    const char *v;
 
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) {
-            json = 1;
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: shoal-engine info [--json]\n\n"
-                   "The engine's version, the kernels' ISA it picks on this CPU (the\n"
-                   "best this build and CPU run), every ISA they could run, and the\n"
-                   "cores it uses by default.\n");
-            return 0;
-        } else {
-            fprintf(stderr, "info: unknown option %s\n", argv[i]);
-            return 2;
-        }
-    }
+    shoal_cli_begin(&p, &INFO_SPEC, argc, argv);
+    while ((id = shoal_cli_next(&p, &v)) > 0)
+        json = 1;
+    if (id < 0)
+        return p.exit;
+    if (p.optind < argc)
+        return shoal_cli_usage_error(&INFO_SPEC, "takes no arguments ('%s')", argv[p.optind]);
+    isa = kernels_init();
     printf(json ? "{\"version\":\"%s\",\"isa\":\"%s\",\"isas\":[" : "shoal-engine %s\nisa: %s\nisas:",
            SHOAL_VERSION, kernels_isa_name(isa));
     for (int i = 0, n = 0; i < KERNELS_ISA_COUNT_; i++)

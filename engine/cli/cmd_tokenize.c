@@ -17,6 +17,7 @@
 #include "common/err.h"
 #include "common/json.h"
 #include "common/sys.h"
+#include "common/cli.h"
 #include "engine/cli/cli_int.h"
 #include "engine/text/text.h"
 
@@ -38,37 +39,42 @@ typedef struct tok_opts {
     unsigned    repeat;
 } tok_opts;
 
-static void usage(FILE *f)
-{
-    fputs("usage: shoal-engine tokenize [MODEL_DIR | --vocab FILE [--pattern P]\n"
-          "                              [--config FILE] [--vocab-size N]]\n"
-          "                             [--specials] [--no-slice] [--json] [--whole | --in-json]\n"
-          "                             [--decode]\n"
-          "       shoal-engine tokenize ... --bench FILE [--repeat N]\n"
-          "\n"
-          "Reads text from stdin and prints the token ids of each input line,\n"
-          "space-separated, one output line per input line.  The line's own newline\n"
-          "is not part of its text.\n"
-          "\n"
-          "  MODEL_DIR        a model directory: tiktoken.model, tokenizer_config.json,\n"
-          "                   config.json (vocab_size); the k3 pattern\n"
-          "  --vocab FILE     a tiktoken-format vocabulary (base64 SP rank per line)\n"
-          "  --pattern P      k3 | o200k | cl100k | any regex (default k3)\n"
-          "  --config FILE    tokenizer_config.json for the special tokens (with --vocab)\n"
-          "  --vocab-size N   end of the reserved special range (default: highest listed + 1)\n"
-          "  --specials       recognise special tokens' spellings in the text\n"
-          "  --no-slice       do not cut long texts and runs as K3's tokenizer does\n"
-          "                   (plain tiktoken; differs only past 400,000 characters or\n"
-          "                   on runs of one class over 25,000)\n"
-          "  --json           print each result as a JSON array (ids) or string (--decode)\n"
-          "  --whole          encode all of stdin as one text, newlines included\n"
-          "  --in-json        each input line is a JSON string literal\n"
-          "  --decode         input lines are ids (spaces, commas, brackets allowed);\n"
-          "                   prints the text (invalid UTF-8 replaced by U+FFFD)\n"
-          "  --bench FILE     encode FILE --repeat times (default 5) and print the best\n"
-          "                   time: 'bytes B tokens T seconds S mb_per_s R'\n",
-          f);
-}
+enum { T_VOCAB = 1, T_PATTERN, T_CONFIG, T_VOCAB_SIZE, T_BENCH, T_REPEAT, T_SPECIALS, T_NO_SLICE,
+       T_JSON, T_WHOLE, T_IN_JSON, T_DECODE };
+
+static const shoal_cli_opt TOK_OPTS[] = {
+    { "vocab", 0, "FILE", T_VOCAB, "a tiktoken-format vocabulary (base64 SP rank per line)" },
+    { "pattern", 0, "P", T_PATTERN, "k3 | o200k | cl100k | any regex (default k3)" },
+    { "config", 0, "FILE", T_CONFIG, "tokenizer_config.json for the special tokens (with --vocab)" },
+    { "vocab-size", 0, "N", T_VOCAB_SIZE, "end of the reserved special range (default: highest\n"
+                                          "listed + 1)" },
+    { "specials", 0, NULL, T_SPECIALS, "recognise special tokens' spellings in the text" },
+    { "no-slice", 0, NULL, T_NO_SLICE, "do not cut long texts and runs as K3's tokenizer does\n"
+                                       "(plain tiktoken; differs only past 400,000 characters or\n"
+                                       "on runs of one class over 25,000)" },
+    { "json", 0, NULL, T_JSON, "print each result as a JSON array (ids) or string (--decode)" },
+    { "whole", 0, NULL, T_WHOLE, "encode all of stdin as one text, newlines included" },
+    { "in-json", 0, NULL, T_IN_JSON, "each input line is a JSON string literal" },
+    { "decode", 0, NULL, T_DECODE, "input lines are ids (spaces, commas, brackets allowed);\n"
+                                   "prints the text (invalid UTF-8 replaced by U+FFFD)" },
+    { "bench", 0, "FILE", T_BENCH, "encode FILE --repeat times and print the best time:\n"
+                                   "'bytes B tokens T seconds S mb_per_s R'" },
+    { "repeat", 0, "N", T_REPEAT, "--bench repetitions (1..1000, default 5)" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+static const shoal_cli_spec TOK_SPEC = {
+    .prog = "shoal-engine tokenize",
+    .synopsis = "shoal-engine tokenize [MODEL_DIR | --vocab FILE [--pattern P] [--config FILE]\n"
+                "                      [--vocab-size N]] [--specials] [--no-slice] [--json]\n"
+                "                      [--whole | --in-json] [--decode]\n"
+                "shoal-engine tokenize ... --bench FILE [--repeat N]",
+    .about = "Reads text from stdin and prints the token ids of each input line,\n"
+             "space-separated, one output line per input line.  The line's own newline\n"
+             "is not part of its text.  MODEL_DIR: a model directory (tiktoken.model,\n"
+             "tokenizer_config.json, config.json's vocab_size; the k3 pattern).",
+    .opts = TOK_OPTS,
+};
 
 static int parse_u32(const char *s, uint32_t *out)
 {
@@ -85,49 +91,43 @@ static int parse_u32(const char *s, uint32_t *out)
 /* 0 ok, 1 --help printed, 2 usage error (message printed). */
 static int opts_parse(int argc, char **argv, tok_opts *o)
 {
+    shoal_cli_parser p;
+    const char *v;
+    uint32_t r;
+    int id;
+
     memset(o, 0, sizeof *o);
     o->repeat = 5;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int has = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 1;
-        } else if (!strcmp(a, "--vocab") && has) {
-            o->vocab = argv[++i];
-        } else if (!strcmp(a, "--pattern") && has) {
-            o->pattern = argv[++i];
-        } else if (!strcmp(a, "--config") && has) {
-            o->config = argv[++i];
-        } else if (!strcmp(a, "--vocab-size") && has) {
-            if (parse_u32(argv[++i], &o->vocab_size))
-                return fprintf(stderr, "tokenize: bad --vocab-size '%s'\n", argv[i]), 2;
-        } else if (!strcmp(a, "--bench") && has) {
-            o->bench = argv[++i];
-        } else if (!strcmp(a, "--repeat") && has) {
-            uint32_t r;
-            if (parse_u32(argv[++i], &r) || r == 0 || r > 1000)
-                return fprintf(stderr, "tokenize: bad --repeat '%s'\n", argv[i]), 2;
+    shoal_cli_begin(&p, &TOK_SPEC, argc, argv);
+    while ((id = shoal_cli_next(&p, &v)) > 0) {
+        switch (id) {
+        case T_VOCAB:    o->vocab = v; break;
+        case T_PATTERN:  o->pattern = v; break;
+        case T_CONFIG:   o->config = v; break;
+        case T_BENCH:    o->bench = v; break;
+        case T_SPECIALS: o->specials = 1; break;
+        case T_NO_SLICE: o->no_slice = 1; break;
+        case T_JSON:     o->json = 1; break;
+        case T_WHOLE:    o->whole = 1; break;
+        case T_IN_JSON:  o->in_json = 1; break;
+        case T_DECODE:   o->decode = 1; break;
+        case T_VOCAB_SIZE:
+            if (parse_u32(v, &o->vocab_size))
+                return shoal_cli_bad_value(&p, v, "a token count");
+            break;
+        case T_REPEAT:
+            if (parse_u32(v, &r) || r == 0 || r > 1000)
+                return shoal_cli_bad_value(&p, v, "1..1000");
             o->repeat = r;
-        } else if (!strcmp(a, "--specials")) {
-            o->specials = 1;
-        } else if (!strcmp(a, "--no-slice")) {
-            o->no_slice = 1;
-        } else if (!strcmp(a, "--json")) {
-            o->json = 1;
-        } else if (!strcmp(a, "--whole")) {
-            o->whole = 1;
-        } else if (!strcmp(a, "--in-json")) {
-            o->in_json = 1;
-        } else if (!strcmp(a, "--decode")) {
-            o->decode = 1;
-        } else if (a[0] != '-' && !o->model_dir) {
-            o->model_dir = a;
-        } else {
-            fprintf(stderr, "tokenize: unknown or incomplete option '%s' (see --help)\n", a);
-            return 2;
+            break;
         }
     }
+    if (id < 0)
+        return p.exit == 0 ? 1 : p.exit;
+    if (argc - p.optind > 1)
+        return shoal_cli_usage_error(&TOK_SPEC, "one MODEL_DIR at most");
+    if (p.optind < argc)
+        o->model_dir = argv[p.optind];
     if (!!o->model_dir == !!o->vocab) {
         fprintf(stderr, "tokenize: give either MODEL_DIR or --vocab FILE (see --help)\n");
         return 2;

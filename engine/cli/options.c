@@ -1,82 +1,65 @@
 /* options.c — the one option grammar of the commands that load a model
  * (run --tokens, run --prompt, prompt, serve, plan): a shared table of
  * every tier, I/O and plan option, merged with the command's own, parsed
- * with getopt_long (`--opt=value` and `--opt value`, -h/--help,
- * --version, "unrecognized option", exit 2 for usage errors); the home
- * directory for hf:// models; the progress lines of a long load.
+ * with every program's grammar (common/cli.h: `--opt=value` and `--opt
+ * value`, -h/--help, --version, "unrecognized option", exit 2 for usage
+ * errors, the man page and completion); the home directory for hf://
+ * models; the progress of a long load (common/progress.h).
  *
  * Owns: the shared options' names, values, checks and help text.  Does
  * not own what the options do (engine/source/ load.c, engine/plan/).
  */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/cli.h"
 #include "common/path.h"
+#include "common/progress.h"
 #include "common/sys.h"
 #include "common/version.h"
 #include "engine/cli/cli_int.h"
 
 enum {
-    OPT_HELP = 'h',
     OPT_RAM = 256, OPT_CONTEXT, OPT_SPINE, OPT_EXPERT_RAM, OPT_PREFETCH, OPT_CUTOFF,
     OPT_PAGE_CACHE, OPT_READ_PART, OPT_SPINE_CACHE, OPT_SPINE_LOAD, OPT_TIMEOUT, OPT_HOME,
-    OPT_THREADS, OPT_CHUNK, OPT_STATS, OPT_VERSION,
+    OPT_THREADS, OPT_CHUNK, OPT_STATS,
 };
 
-static const struct option SHARED[] = {
-    { "ram", required_argument, NULL, OPT_RAM },
-    { "context", required_argument, NULL, OPT_CONTEXT },
-    { "spine", required_argument, NULL, OPT_SPINE },
-    { "expert-ram", required_argument, NULL, OPT_EXPERT_RAM },
-    { "prefetch", required_argument, NULL, OPT_PREFETCH },
-    { "prefetch-cutoff", required_argument, NULL, OPT_CUTOFF },
-    { "page-cache", required_argument, NULL, OPT_PAGE_CACHE },
-    { "read-part", required_argument, NULL, OPT_READ_PART },
-    { "spine-cache", required_argument, NULL, OPT_SPINE_CACHE },
-    { "spine-load", required_argument, NULL, OPT_SPINE_LOAD },
-    { "timeout", required_argument, NULL, OPT_TIMEOUT },
-    { "home", required_argument, NULL, OPT_HOME },
-    { "threads", required_argument, NULL, OPT_THREADS },
-    { "chunk", required_argument, NULL, OPT_CHUNK },
-    { "stats", no_argument, NULL, OPT_STATS },
-    { "help", no_argument, NULL, OPT_HELP },
-    { "version", no_argument, NULL, OPT_VERSION },
+const shoal_cli_opt CLI_SHARED_OPTS[] = {
+    { "ram", 0, "SIZE", OPT_RAM, "plan for at most SIZE of memory (default: the smallest of\n"
+                                 "MemTotal, the memory cgroup and the rlimits)" },
+    { "context", 0, "N", OPT_CONTEXT, "positions a sequence may hold (default: the plan's\n"
+                                      "choice; `shoal-engine plan` shows it)" },
+    { "spine", 0, "auto|int8|int4|f32", OPT_SPINE, "spine numerics (default auto: int8 when it\n"
+                                                   "leaves a useful RAM tier, else int4)" },
+    { "expert-ram", 0, "SIZE", OPT_EXPERT_RAM, "hf://: the RAM tier for experts (default: what\n"
+                                               "the plan leaves)" },
+    { "page-cache", 0, "keep|dontneed|direct", OPT_PAGE_CACHE,
+      "hf://: how expert reads treat the page cache\n"
+      "(default: direct when the experts do not fit the RAM\n"
+      "tier, else keep; docs/performance.md)" },
+    { "prefetch", 0, "on|score|off", OPT_PREFETCH, "hf://: router lookahead prefetches (default\n"
+                                                   "on; score measures recall without sending)" },
+    { "prefetch-cutoff", 0, "R", OPT_CUTOFF, "recall under which a layer stops prefetching\n"
+                                             "(default 0.5)" },
+    { "read-part", 0, "SIZE", OPT_READ_PART, "hf://, advanced: read each expert in parts of SIZE\n"
+                                             "(whole pages; default 1M, 4M direct)" },
+    { "spine-cache", 0, "on|off", OPT_SPINE_CACHE, "hf://: read the spine pack shoald cached at an\n"
+                                                   "earlier load, or build it (default on)" },
+    { "spine-load", 0, "read|map", OPT_SPINE_LOAD, "hf://, advanced: bring the pack into memory by\n"
+                                                   "reading it (default) or mapping and locking it" },
+    { "timeout", 0, "MS", OPT_TIMEOUT, "give up on shoald after MS ms without an answer\n"
+                                       "(default 60000)" },
+    { "home", 0, "DIR", OPT_HOME, "shoald's cache directory for hf:// models (default\n"
+                                  "$SHOAL_HOME, else $XDG_CACHE_HOME/shoal, else ~/.cache/shoal)" },
+    { "threads", 0, "N", OPT_THREADS, "compute threads (default: online cores)" },
+    { "chunk", 0, "N", OPT_CHUNK, "prefill chunk size (default 16)" },
+    { "stats", 0, NULL, OPT_STATS, "the plan, timings and tier figures on stderr" },
+    { NULL, 0, NULL, 0, NULL },
 };
-#define N_SHARED (sizeof SHARED / sizeof SHARED[0])
-
-const char CLI_SHARED_HELP[] =
-    "\n"
-    "Memory, tiers and I/O (every command that loads a model takes them):\n"
-    "  --ram SIZE          plan for at most SIZE of memory (default: the smallest of\n"
-    "                      MemTotal, the memory cgroup and the rlimits)\n"
-    "  --context N         positions a sequence may hold (default: the plan's choice;\n"
-    "                      `shoal-engine plan` shows it)\n"
-    "  --spine auto|int8|int4|f32  spine numerics (default auto: int8 when it leaves a\n"
-    "                      useful RAM tier, else int4; docs/engine.md)\n"
-    "  --expert-ram SIZE   hf://: the RAM tier for experts (default: what the plan leaves)\n"
-    "  --page-cache keep|dontneed|direct   hf://: how expert reads treat the page\n"
-    "                      cache (default: direct when the experts do not fit the RAM\n"
-    "                      tier, else keep; docs/performance.md)\n"
-    "  --prefetch on|score|off   hf://: router lookahead prefetches (default on;\n"
-    "                      score measures recall without sending)\n"
-    "  --prefetch-cutoff R recall under which a layer stops prefetching (default 0.5)\n"
-    "  --read-part SIZE    hf://, advanced: read each expert in parts of SIZE\n"
-    "                      (rounded up to whole pages; default 1M, 4M direct)\n"
-    "  --spine-cache on|off  hf://: read the spine pack shoald cached at an earlier\n"
-    "                      load, or build it into the cache (default on)\n"
-    "  --spine-load read|map  hf://, advanced: bring the pack into memory by reading\n"
-    "                      it (default) or by mapping and locking it\n"
-    "  --timeout MS        give up on shoald after MS ms without an answer (default 60000)\n"
-    "  --home DIR          shoald's cache directory for hf:// models (default\n"
-    "                      $SHOAL_HOME, else $XDG_CACHE_HOME/shoal, else ~/.cache/shoal)\n"
-    "  --threads N         compute threads (default: online cores)\n"
-    "  --chunk N           prefill chunk size (default 16)\n"
-    "  --stats             the plan, timings and tier figures on stderr\n"
-    "  -h, --help          this help;  --version  the version\n";
 
 void cli_opts_init(cli_opts *o)
 {
@@ -181,64 +164,91 @@ static int shared_set(cli_opts *o, int id, const char *val)
     return -1;
 }
 
+/* The command's spec: its usage() text (captured) as the synopsis and
+ * the description, its own options listed there (so their help is "":
+ * completed, not listed twice), the shared ones as a group. */
+typedef struct built_spec {
+    shoal_cli_spec spec;
+    shoal_cli_opt opts[64];
+    char prog[48];
+    char *text;              /* usage()'s, split in place */
+} built_spec;
+
+static void spec_build(built_spec *b, const char *cmd, const cli_option *own,
+                       void (*usage)(FILE *))
+{
+    size_t len = 0, n = 0;
+    FILE *f = open_memstream(&b->text, &len);
+    char *about;
+
+    memset(&b->spec, 0, sizeof b->spec);
+    snprintf(b->prog, sizeof b->prog, "shoal-engine %s", cmd);
+    b->spec.prog = b->prog;
+    b->spec.shared = CLI_SHARED_OPTS;
+    b->spec.shared_title = "Memory, tiers and I/O (every command that loads a model takes them)";
+    for (size_t i = 0; own && own[i].name && n + 1 < sizeof b->opts / sizeof b->opts[0]; i++)
+        b->opts[n++] = (shoal_cli_opt){ own[i].name, 0, own[i].has_arg ? "VALUE" : NULL,
+                                        own[i].id, "" };
+    b->opts[n] = (shoal_cli_opt){ NULL, 0, NULL, 0, NULL };
+    b->spec.opts = b->opts;
+    if (!f)
+        return;
+    usage(f);
+    fclose(f);
+    if (!b->text)
+        return;
+    /* "usage: A\n       B\n\nabout..." */
+    about = strstr(b->text, "\n\n");
+    if (about) {
+        *about = '\0';
+        about += 2;
+        while (*about == '\n')
+            about++;
+        b->spec.about = about;
+        for (char *e = about + strlen(about); e > about && e[-1] == '\n'; e--)
+            e[-1] = '\0';
+    }
+    /* the synopsis: the usage lines without their "usage: " and indentation */
+    {
+        char *w = b->text, *r = b->text;
+        if (strncmp(r, "usage: ", 7) == 0)
+            r += 7;
+        for (int line_start = 0; *r; r++) {
+            if (line_start && *r == ' ')
+                continue;
+            line_start = *r == '\n';
+            *w++ = *r;
+        }
+        *w = '\0';
+        b->spec.synopsis = b->text;
+    }
+}
+
 int cli_parse(const char *cmd, int argc, char **argv, const cli_option *own, cli_own_fn fn,
               void *ctx, void (*usage)(FILE *), cli_opts *o)
 {
-    struct option longs[N_SHARED + 64];
-    size_t n = 0;
-    int rc = 0;
+    built_spec b;
+    shoal_cli_parser p;
+    const char *v;
+    int id, rc = 0;
 
-    for (size_t i = 0; i < N_SHARED; i++)
-        longs[n++] = SHARED[i];
-    for (size_t i = 0; own && own[i].name && n + 1 < sizeof longs / sizeof longs[0]; i++)
-        longs[n++] = (struct option){ own[i].name, own[i].has_arg ? required_argument
-                                                                  : no_argument, NULL, own[i].id };
-    longs[n] = (struct option){ 0 };
-    opterr = 0;
-    optind = 1;
-    for (;;) {
-        int li = -1, id = getopt_long(argc, argv, ":h", longs, &li);
-        const char *name = li >= 0 ? longs[li].name : NULL;
-        if (id == -1)
-            break;
-        if (id == '?') {
-            char shortopt[3] = { '-', (char)optopt, 0 };
-            fprintf(stderr, "%s: unrecognized option '%s' (see --help)\n", cmd,
-                    optopt ? shortopt : argv[optind - 1]);
-            return 2;
-        }
-        if (id == ':') {
-            fprintf(stderr, "%s: option '%s' needs a value (see --help)\n", cmd, argv[optind - 1]);
-            return 2;
-        }
-        if (id == OPT_HELP) {
-            usage(stdout);
-            fputs(CLI_SHARED_HELP, stdout);
-            return 1;
-        }
-        if (id == OPT_VERSION) {
-            printf("shoal-engine %s\n", SHOAL_VERSION);
-            return 1;
-        }
-        rc = id >= CLI_OWN ? fn(ctx, id, optarg) : shared_set(o, id, optarg);
-        if (rc != 0) {
-            fprintf(stderr, "%s: bad value for --%s: %s (see --help)\n", cmd,
-                    name ? name : "?", optarg ? optarg : "");
-            return 2;
-        }
-    }
-    for (int i = optind; i < argc; i++) {
-        if (o->model) {
-            fprintf(stderr, "%s: more than one MODEL (%s and %s)\n", cmd, o->model, argv[i]);
-            return 2;
-        }
+    spec_build(&b, cmd, own, usage);
+    shoal_cli_begin(&p, &b.spec, argc, argv);
+    while (rc == 0 && (id = shoal_cli_next(&p, &v)) > 0)
+        if ((id >= CLI_OWN ? fn(ctx, id, v) : shared_set(o, id, v)) != 0)
+            rc = shoal_cli_bad_value(&p, v, NULL);
+    if (rc == 0 && id < 0)
+        rc = p.exit == 0 ? 1 : p.exit;
+    for (int i = p.optind; rc == 0 && i < argc; i++) {
+        if (o->model)
+            rc = shoal_cli_usage_error(&b.spec, "more than one MODEL (%s and %s)", o->model,
+                                       argv[i]);
         o->model = argv[i];
     }
-    if (!o->model) {
-        fprintf(stderr, "%s: MODEL is required (see --help)\n", cmd);
-        return 2;
-    }
-    return 0;
+    if (rc == 0 && !o->model)
+        rc = shoal_cli_usage_error(&b.spec, "MODEL is required");
+    free(b.text);
+    return rc;
 }
 
 int cli_home(const char *cmd, cli_opts *o, shoal_err *err)
@@ -257,39 +267,26 @@ int cli_home(const char *cmd, cli_opts *o, shoal_err *err)
     return 0;
 }
 
-/* Progress of a long load step on stderr: a line at most every 2 s (and
- * the last one), overwritten in place on a terminal. */
-typedef struct progress_state {
-    uint64_t last_ns;
-    char phase[32];
-    int tty;
-} progress_state;
+/* Progress of a long load step on stderr, through the one display of
+ * every program (common/progress.h); main() hands the environment's
+ * settings over once (cli_progress_setup). */
+static shoal_meter g_meter;
+static int g_meter_ready;
 
-static progress_state g_progress;
+void cli_progress_setup(const shoal_meter_cfg *cfg)
+{
+    shoal_meter_init(&g_meter, stderr, cfg, "spine:", SHOAL_METER_BYTES);
+    g_meter_ready = 1;
+}
 
 void cli_progress(void *ctx, const char *phase, uint64_t done, uint64_t total)
 {
-    progress_state *ps = &g_progress;
-    uint64_t now = shoal_now_ns();
-    int same = strcmp(ps->phase, phase) == 0, end = total && done >= total;
-    char a[32], b[32];
-
     (void)ctx;
     if (done == 0 && total == 0)
         return;          /* a step's name (for serve's /health): the plan block says enough */
-    if (same && !end && now - ps->last_ns < 2000000000ull)
-        return;
-    if (!same && ps->tty && ps->phase[0])
-        fputc('\n', stderr);
-    ps->tty = isatty(STDERR_FILENO);
-    snprintf(ps->phase, sizeof ps->phase, "%s", phase);
-    ps->last_ns = now;
-    shoal_size_format(done, a, sizeof a);
-    shoal_size_format(total, b, sizeof b);
-    if (total)
-        fprintf(stderr, "spine: %s: %.0f%% (%s of %s)%s", phase, 100.0 * (double)done /
-                (double)total, a, b, ps->tty && !end ? "\r" : "\n");
-    else
-        fprintf(stderr, "spine: %s: %s%s", phase, a, ps->tty ? "\r" : "\n");
-    fflush(stderr);
+    if (!g_meter_ready)
+        cli_progress_setup(NULL);
+    shoal_meter_update(&g_meter, phase, done, total, NULL);
+    if (total && done >= total)
+        shoal_meter_end(&g_meter, NULL);
 }

@@ -97,7 +97,7 @@ PY
 
 # ---- warm --wait -------------------------------------------------------------------------
 S warm $M --experts layers:3-4 --wait > "$T/w1.out" 2>&1 || { cat "$T/w1.out"; fail "warm --wait"; }
-grep -Eq '^\[#+\] 100\.0 %' "$T/w1.out" && grep -q '^Warm complete' "$T/w1.out" \
+grep -Eq '^warm +100\.0 %' "$T/w1.out" && grep -q '^Warm complete' "$T/w1.out" \
     || { cat "$T/w1.out"; fail "warm --wait shows no progress to completion"; }
 grep -Eq '(KiB|MiB|B)/s  ETA' "$T/w1.out" || fail "progress lacks rate and ETA"
 

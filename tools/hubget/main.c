@@ -17,32 +17,37 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/cli.h"
 #include "common/hfenv.h"
 #include "common/log.h"
 #include "common/path.h"
 #include "common/sys.h"
 #include "fetcher/hub.h"
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-"usage: hubget [options] hf://org/name[@revision] FILE\n"
-"\n"
-"Resolves FILE on a Hugging Face Hub (or a mirror, or hubmock) and writes its\n"
-"bytes to stdout or -o OUT.\n"
-"\n"
-"  --endpoint URL     Hub endpoint (default $HF_ENDPOINT, else https://huggingface.co)\n"
-"  --range A-B        only bytes A..B (inclusive); A- means to the end\n"
-"  -o OUT             write to OUT (atomically: nothing is left on failure)\n"
-"  --info             print commit, etag, size, lfs and location; fetch nothing\n"
-"  --stall-timeout S  give up when no byte arrives for S seconds (default 30)\n"
-"  --no-token         send no token even if one is configured\n"
-"  -v                 debug logging on stderr\n"
-"\n"
-"The token comes from HF_TOKEN, HUGGING_FACE_HUB_TOKEN, or the file\n"
-"$HF_TOKEN_PATH (default $HF_HOME/token, ~/.cache/huggingface/token).  It is\n"
-"sent only to the endpoint's host, never to the CDN a file redirects to.\n");
-}
+enum { OPT_ENDPOINT = 1, OPT_RANGE, OPT_OUT, OPT_INFO, OPT_STALL, OPT_NO_TOKEN, OPT_VERBOSE };
+
+static const shoal_cli_opt OPTS[] = {
+    { "endpoint", 0, "URL", OPT_ENDPOINT, "Hub endpoint (default $HF_ENDPOINT, else\nhttps://huggingface.co)" },
+    { "range", 0, "A-B", OPT_RANGE, "only bytes A..B (inclusive); A- means to the end" },
+    { "output", 'o', "OUT", OPT_OUT, "write to OUT (atomically: nothing is left on failure)" },
+    { "info", 0, NULL, OPT_INFO, "print commit, etag, size, lfs and location; fetch nothing" },
+    { "stall-timeout", 0, "S", OPT_STALL, "give up when no byte arrives for S seconds (default 30)" },
+    { "no-token", 0, NULL, OPT_NO_TOKEN, "send no token even if one is configured" },
+    { "verbose", 'v', NULL, OPT_VERBOSE, "debug logging on stderr" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+static const shoal_cli_spec SPEC = {
+    .prog = "hubget",
+    .summary = "resolve a file on a Hugging Face Hub and fetch its bytes",
+    .synopsis = "hubget [options] hf://org/name[@revision] FILE",
+    .about = "Resolves FILE on a Hugging Face Hub (or a mirror, or hubmock) and writes its\n"
+             "bytes to stdout or -o OUT.  A developer's tool (docs/hubget.md).",
+    .opts = OPTS,
+    .notes = "The token comes from HF_TOKEN, HUGGING_FACE_HUB_TOKEN, or the file\n"
+             "$HF_TOKEN_PATH (default $HF_HOME/token, ~/.cache/huggingface/token).  It is\n"
+             "sent only to the endpoint's host, never to the CDN a file redirects to.",
+};
 
 static int parse_range(const char *s, uint64_t *a, uint64_t *b, int *open_end)
 {
@@ -70,7 +75,8 @@ static int parse_range(const char *s, uint64_t *a, uint64_t *b, int *open_end)
 int main(int argc, char **argv)
 {
     const char *endpoint = NULL, *range = NULL, *outpath = NULL, *spec_s = NULL, *file = NULL;
-    int info = 0, no_token = 0, open_end = 0, fd = 1, rc = 1;
+    const char *val;
+    int info = 0, no_token = 0, open_end = 0, fd = 1, rc = 1, id;
     long stall = 0;
     uint64_t a = 0, b = 0;
     shoal_hf_env hfe;
@@ -80,58 +86,38 @@ int main(int argc, char **argv)
     hub_client *c = NULL;
     hub_file f;
     shoal_err err;
+    shoal_cli_parser p;
 
     shoal_err_clear(&err);
     shoal_log_setup("hubget", SHOAL_LOG_WARN, NULL);
-    for (int i = 1; i < argc; i++) {
-        const char *x = argv[i];
-        int has = i + 1 < argc;
-        if (strcmp(x, "--help") == 0 || strcmp(x, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(x, "--info") == 0) {
-            info = 1;
-        } else if (strcmp(x, "--no-token") == 0) {
-            no_token = 1;
-        } else if (strcmp(x, "-v") == 0) {
-            shoal_log_set_level(SHOAL_LOG_DEBUG);
-        } else if (has && strcmp(x, "--endpoint") == 0) {
-            endpoint = argv[++i];
-        } else if (has && strcmp(x, "--range") == 0) {
-            range = argv[++i];
-        } else if (has && strcmp(x, "-o") == 0) {
-            outpath = argv[++i];
-        } else if (has && strcmp(x, "--stall-timeout") == 0) {
-            char *end;
-            stall = strtol(argv[++i], &end, 10);
-            if (*end || stall <= 0) {
-                fprintf(stderr, "hubget: bad --stall-timeout '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (x[0] == '-' && x[1]) {
-            fprintf(stderr, "hubget: unknown or incomplete option '%s' (see --help)\n", x);
-            return 2;
-        } else if (!spec_s) {
-            spec_s = x;
-        } else if (!file) {
-            file = x;
-        } else {
-            fprintf(stderr, "hubget: too many arguments (see --help)\n");
-            return 2;
+    shoal_cli_begin(&p, &SPEC, argc, argv);
+    while ((id = shoal_cli_next(&p, &val)) > 0) {
+        switch (id) {
+        case OPT_INFO:     info = 1; break;
+        case OPT_NO_TOKEN: no_token = 1; break;
+        case OPT_VERBOSE:  shoal_log_set_level(SHOAL_LOG_DEBUG); break;
+        case OPT_ENDPOINT: endpoint = val; break;
+        case OPT_RANGE:    range = val; break;
+        case OPT_OUT:      outpath = val; break;
+        case OPT_STALL:
+            if (shoal_long_parse(val, 1, 86400, &stall) != 0)
+                return shoal_cli_bad_value(&p, val, "seconds, 1..86400");
+            break;
         }
     }
-    if (!spec_s || !file) {
-        usage(stderr);
-        return 2;
-    }
+    if (id < 0)
+        return p.exit;
+    if (argc - p.optind != 2)
+        return shoal_cli_usage_error(&SPEC, "give hf://org/name[@revision] and FILE");
+    spec_s = argv[p.optind];
+    file = argv[p.optind + 1];
     if (hub_spec_parse(spec_s, &spec, &err)) {
         fprintf(stderr, "hubget: %s\n", err.msg);
-        return 2;
+        return SHOAL_EXIT_USAGE;
     }
-    if (range && parse_range(range, &a, &b, &open_end)) {
-        fprintf(stderr, "hubget: --range wants A-B or A- with A <= B, got '%s'\n", range);
-        return 2;
-    }
+    if (range && parse_range(range, &a, &b, &open_end))
+        return shoal_cli_usage_error(&SPEC, "--range wants A-B or A- with A <= B, got '%s'",
+                                     range);
     shoal_hf_env_capture(&hfe);
     if (!endpoint)
         endpoint = hfe.endpoint;
@@ -142,6 +128,7 @@ int main(int argc, char **argv)
     opt.stall_secs = stall;
     if (hub_client_new(&opt, &c, &err) || hub_file_resolve(c, &spec, file, &f, &err)) {
         fprintf(stderr, "hubget: %s\n", err.msg);
+        rc = shoal_exit_for(err.code);
         goto out;
     }
     if (info) {
@@ -168,6 +155,7 @@ int main(int argc, char **argv)
     }
     if (range ? hub_range_write(c, &f, a, b, fd, &err) : hub_file_write(c, &f, fd, &err)) {
         fprintf(stderr, "hubget: %s\n", err.msg);
+        rc = shoal_exit_for(err.code);
         goto out;
     }
     if (outpath) {

@@ -282,9 +282,11 @@ typedef struct hm_synth_pending hm_synth_pending;
 int hm_synth_parse(const char *spec, hm_synth_pending **list, shoal_err *err);
 /* Find every etag (committed table, cache file, else hash on `jobs`
  * threads and save them in the cache), then register the repos.  cache
- * may be NULL (no cache file).  Frees the list. */
+ * may be NULL (no cache file).  meter (may be NULL) shows a long hash.
+ * Frees the list. */
+struct shoal_meter;
 int hm_synth_finish(hm_server *s, hm_synth_pending *list, const char *cache, int jobs,
-                    shoal_err *err);
+                    struct shoal_meter *meter, shoal_err *err);
 void hm_synth_pending_free(hm_synth_pending *list);
 
 typedef struct hm_etag_cache hm_etag_cache;

@@ -15,58 +15,78 @@
 
 #include <event2/event.h>
 
+#include "common/cli.h"
 #include "common/log.h"
 #include "common/path.h"
-#include "common/version.h"
+#include "common/progress.h"
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-"usage: hubmock --repo org/name[@REV]=DIR | --synth org/name[@REV]=PRESET[,...]\n"
-"               [--repo ... | --synth ...] [options]\n"
-"\n"
-"Serves model directories, or models synthesized on the fly, as a Hugging\n"
-"Face Hub on 127.0.0.1 (hub port) with LFS files redirected to a second,\n"
-"CDN-like port.  When ready (every etag known) it prints\n"
-"  hub http://127.0.0.1:PORT cdn http://127.0.0.1:PORT\n"
-"\n"
-"  --repo org/name=DIR      serve DIR as branch main of org/name\n"
-"  --repo org/name@REV=DIR  serve DIR as branch/ref REV (e.g. v1, refs/pr/1)\n"
-"  --synth org/name[@REV]=PRESET[,layers=N][,experts=N][,seed=N][,bad=header|sha]\n"
-"                           serve the model `mkmodel --preset PRESET ...` would\n"
-"                           write (tiny, slice, k3), generated per request; bad=\n"
-"                           breaks its first shard (header claims more bytes than\n"
-"                           the file holds / a wrong X-Linked-Etag)\n"
-"  --synth-cache FILE|none  etag cache of synthesized files (default\n"
-"                           $XDG_CACHE_HOME/shoal/hubmock-synth-etags.txt)\n"
-"  --synth-jobs N           threads hashing synthesized files (default: CPUs)\n"
-"  --port N, --cdn-port N   ports (0 = any free port; default 0)\n"
-"  --token T                gate the repos: requests need 'Authorization: Bearer T'\n"
-"  --log FILE               JSON-lines request log, flushed per line\n"
-"  --log-times              add t0_us / t1_us (start, end of each answer) to it\n"
-"  --lfs-threshold SIZE     files this large are LFS (default 10MiB; *.safetensors\n"
-"                           and tiktoken.model always are)\n"
-"  --small-redirect         small files answer a relative 307 to /api/resolve-cache/\n"
-"  --log-level LEVEL        error|warn|info|debug (default warn)\n"
-"\n"
-"Faults (also settable while running: POST /_mock/faults?key=value&...):\n"
-"  --rate-429 P --rate-503 P    share of requests answered 429 / 503\n"
-"  --status-on both|hub|cdn     ports the 429/503 apply to (default both)\n"
-"  --retry-after S              Retry-After and RateLimit t= of the 429s (1)\n"
-"  --rate-reset P --reset-after BYTES        CDN: TCP reset after BYTES (0: half)\n"
-"  --rate-truncate P --truncate-after BYTES  CDN: close after BYTES (0: half)\n"
-"  --rate-ignore-range P        CDN: answer a Range request with the whole file\n"
-"  --rate-stall P --stall-secs S --stall-at before|mid   CDN: pause S seconds\n"
-"  --bw BYTES_PER_S             CDN: per-connection bandwidth cap (0 = none)\n"
-"  --cdn-ttl S                  signed CDN URL lifetime (3600)\n"
-"  --seed N                     PRNG seed that picks the faulted requests (1)\n"
-"  --latency MS                 both ports: wait MS before every answer\n"
-"  --hub-stall S                hub port: wait S seconds before every answer\n"
-"  --rate-corrupt P --corrupt-mode one|all|drift   CDN: change one byte / every\n"
-"                               byte / one byte differently per request\n"
-"  --drip-secs S                CDN: send bodies one byte every S seconds\n"
-"  --huge-header BYTES          add a response header of BYTES bytes\n");
-}
+enum {
+    OPT_REPO = 1, OPT_SYNTH, OPT_SYNTH_CACHE, OPT_SYNTH_JOBS, OPT_PORT, OPT_CDN_PORT, OPT_TOKEN,
+    OPT_LOG, OPT_LOG_TIMES, OPT_LFS, OPT_SMALL_REDIRECT, OPT_LOG_LEVEL, OPT_FAULT,
+};
+
+static const shoal_cli_opt OPTS[] = {
+    { "repo", 0, "org/name[@REV]=DIR", OPT_REPO, "serve DIR as branch main (or branch/ref REV: v1,\n"
+                                                 "refs/pr/1) of org/name" },
+    { "synth", 0, "org/name[@REV]=PRESET[,...]", OPT_SYNTH,
+      "serve the model `mkmodel --preset PRESET ...` would write\n"
+      "(tiny, slice, k3), generated per request; the options after\n"
+      "the preset: layers=N, experts=N, seed=N, bad=header|sha\n"
+      "(breaks its first shard: a header claiming more bytes than\n"
+      "the file holds / a wrong X-Linked-Etag)" },
+    { "synth-cache", 0, "FILE", OPT_SYNTH_CACHE, "etag cache of synthesized files, or none (default\n"
+                                                 "$XDG_CACHE_HOME/shoal/hubmock-synth-etags.txt)" },
+    { "synth-jobs", 0, "N", OPT_SYNTH_JOBS, "threads hashing synthesized files (default: CPUs)" },
+    { "port", 0, "N", OPT_PORT, "the hub port (0 = any free port; default 0)" },
+    { "cdn-port", 0, "N", OPT_CDN_PORT, "the CDN port (0 = any free port; default 0)" },
+    { "token", 0, "T", OPT_TOKEN, "gate the repos: requests need 'Authorization: Bearer T'" },
+    { "log", 0, "FILE", OPT_LOG, "JSON-lines request log, flushed per line" },
+    { "log-times", 0, NULL, OPT_LOG_TIMES, "add t0_us / t1_us (start, end of each answer) to it" },
+    { "lfs-threshold", 0, "SIZE", OPT_LFS, "files this large are LFS (default 10MiB; *.safetensors\n"
+                                            "and tiktoken.model always are)" },
+    { "small-redirect", 0, NULL, OPT_SMALL_REDIRECT,
+      "small files answer a relative 307 to /api/resolve-cache/" },
+    { "log-level", 0, "error|warn|info|debug", OPT_LOG_LEVEL, "diagnostics on stderr (default warn)" },
+    /* faults: the key is the option's name (faults.c); also settable while
+     * running with POST /_mock/faults?key=value */
+    { "rate-429", 0, "P", OPT_FAULT, "share of requests answered 429" },
+    { "rate-503", 0, "P", OPT_FAULT, "share of requests answered 503" },
+    { "status-on", 0, "both|hub|cdn", OPT_FAULT, "ports the 429/503 apply to (default both)" },
+    { "retry-after", 0, "S", OPT_FAULT, "Retry-After and RateLimit t= of the 429s (1)" },
+    { "rate-reset", 0, "P", OPT_FAULT, "CDN: share of answers cut by a TCP reset" },
+    { "reset-after", 0, "BYTES", OPT_FAULT, "CDN: the reset after BYTES (0: half)" },
+    { "rate-truncate", 0, "P", OPT_FAULT, "CDN: share of answers closed early" },
+    { "truncate-after", 0, "BYTES", OPT_FAULT, "CDN: closed after BYTES (0: half)" },
+    { "rate-ignore-range", 0, "P", OPT_FAULT, "CDN: answer a Range request with the whole file" },
+    { "rate-stall", 0, "P", OPT_FAULT, "CDN: share of answers that pause" },
+    { "stall-secs", 0, "S", OPT_FAULT, "CDN: the pause" },
+    { "stall-at", 0, "before|mid", OPT_FAULT, "CDN: where the pause falls" },
+    { "bw", 0, "BYTES_PER_S", OPT_FAULT, "CDN: per-connection bandwidth cap (0 = none)" },
+    { "cdn-ttl", 0, "S", OPT_FAULT, "signed CDN URL lifetime (3600)" },
+    { "seed", 0, "N", OPT_FAULT, "PRNG seed that picks the faulted requests (1)" },
+    { "latency", 0, "MS", OPT_FAULT, "both ports: wait MS before every answer" },
+    { "hub-stall", 0, "S", OPT_FAULT, "hub port: wait S seconds before every answer" },
+    { "rate-corrupt", 0, "P", OPT_FAULT, "CDN: share of answers with changed bytes" },
+    { "corrupt-mode", 0, "one|all|drift", OPT_FAULT, "CDN: change one byte / every byte / one byte\n"
+                                                     "differently per request" },
+    { "drip-secs", 0, "S", OPT_FAULT, "CDN: send bodies one byte every S seconds" },
+    { "huge-header", 0, "BYTES", OPT_FAULT, "add a response header of BYTES bytes" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+static const shoal_cli_spec SPEC = {
+    .prog = "hubmock",
+    .summary = "a Hugging Face Hub on loopback, for tests and benchmarks",
+    .synopsis = "hubmock --repo org/name[@REV]=DIR | --synth org/name[@REV]=PRESET[,...]\n"
+                "        [--repo ... | --synth ...] [options]",
+    .about = "Serves model directories, or models synthesized on the fly, as a Hugging\n"
+             "Face Hub on 127.0.0.1 (hub port) with LFS files redirected to a second,\n"
+             "CDN-like port.  When ready (every etag known) it prints\n"
+             "  hub http://127.0.0.1:PORT cdn http://127.0.0.1:PORT\n"
+             "A developer's tool (docs/hubmock.md).  The fault options (from --rate-429\n"
+             "on) can also be set while it runs: POST /_mock/faults?key=value&...",
+    .opts = OPTS,
+};
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
@@ -129,6 +149,7 @@ typedef struct cli {
     const char *synth_cache;     /* NULL: none */
     char synth_cache_default[4096];
     int synth_jobs;
+    int exit;                    /* args_apply's failure: the exit status */
 } cli;
 
 /* The default cache: $XDG_CACHE_HOME/shoal/..., else ~/.cache/shoal/... */
@@ -146,71 +167,102 @@ static const char *default_cache(cli *o)
     return o->synth_cache_default;
 }
 
-/* Second pass over the flags: repos, ports, gate, log, faults.  Returns the
+/* One option given, kept for the second pass. */
+typedef struct given {
+    int id;
+    char name[40];       /* "--rate-429" */
+    const char *val;
+} given;
+
+/* Repos, ports, gate, log, faults, in the order given.  Returns the
  * number of repos, or -1 after printing what is wrong. */
-static int args_apply(hm_server *s, int argc, char **argv, cli *o)
+static int args_apply(hm_server *s, const given *g, int n, cli *o)
 {
     shoal_err errbuf, *err = &errbuf;
     int nrepos = 0;
 
     shoal_err_clear(err);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    for (int i = 0; i < n; i++) {
+        const char *v = g[i].val;
         char key[64];
-        if (strcmp(a, "--small-redirect") == 0) {
-            s->small_redirect = 1;
-            continue;
-        }
-        if (strcmp(a, "--log-times") == 0) {
-            s->log_times = 1;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "hubmock: %s needs a value (see --help)\n", a);
-            return -1;
-        }
-        i++;
-        if (strcmp(a, "--repo") == 0) {
+        switch (g[i].id) {
+        case OPT_SMALL_REDIRECT: s->small_redirect = 1; break;
+        case OPT_LOG_TIMES:      s->log_times = 1; break;
+        case OPT_REPO:
             if (add_repo(s, v, err)) {
                 fprintf(stderr, "hubmock: %s\n", err->msg);
+                o->exit = err->code == SHOAL_EINVAL ? SHOAL_EXIT_USAGE : shoal_exit_for(err->code);
                 return -1;
             }
             nrepos++;
-        } else if (strcmp(a, "--synth") == 0) {
+            break;
+        case OPT_SYNTH:
             if (hm_synth_parse(v, &o->synth, err)) {
                 fprintf(stderr, "hubmock: %s\n", err->msg);
+                o->exit = SHOAL_EXIT_USAGE;
                 return -1;
             }
             nrepos++;
-        } else if (strcmp(a, "--synth-cache") == 0) {
-            o->synth_cache = strcmp(v, "none") == 0 ? NULL : v;
-        } else if (strcmp(a, "--synth-jobs") == 0) {
-            char *end;
-            long j = strtol(v, &end, 10);
-            if (*end || end == v || j < 1 || j > 256) {
-                fprintf(stderr, "hubmock: bad --synth-jobs '%s' (1..256)\n", v);
+            break;
+        case OPT_SYNTH_CACHE: o->synth_cache = strcmp(v, "none") == 0 ? NULL : v; break;
+        case OPT_TOKEN:       s->token = v; break;
+        case OPT_LOG:         o->log_path = v; break;
+        case OPT_FAULT:
+            if (flag_key(g[i].name, key, sizeof key) != 0 || hm_faults_set(&s->faults, key, v, err)) {
+                fprintf(stderr, "hubmock: %s (see hubmock --help)\n",
+                        err->code ? err->msg : "bad fault option");
+                o->exit = SHOAL_EXIT_USAGE;
                 return -1;
             }
-            o->synth_jobs = (int)j;
-        } else if (strcmp(a, "--port") == 0 || strcmp(a, "--cdn-port") == 0) {
-            if (parse_port(v, a[2] == 'p' ? &o->hub_port : &o->cdn_port)) {
-                fprintf(stderr, "hubmock: bad %s '%s'\n", a, v);
-                return -1;
-            }
-        } else if (strcmp(a, "--token") == 0) {
-            s->token = v;
-        } else if (strcmp(a, "--log") == 0) {
-            o->log_path = v;
-        } else if (strcmp(a, "--lfs-threshold") == 0 || strcmp(a, "--log-level") == 0) {
-            continue;   /* taken in the first pass */
-        } else if (flag_key(a, key, sizeof key) != 0 || hm_faults_set(&s->faults, key, v, err)) {
-            fprintf(stderr, "hubmock: %s\n", err->code ? err->msg : "bad option; see --help");
-            if (!err->code)
-                fprintf(stderr, "hubmock: unknown option '%s'\n", a);
-            return -1;
+            break;
         }
     }
     return nrepos;
+}
+
+/* Parse argv: options that change how repos are hashed or logged now,
+ * the rest into g (applied once logging is set up).  -1: go on; else the
+ * exit status. */
+static int args_parse(int argc, char **argv, hm_server *s, cli *o, shoal_log_level *level,
+                      given *g, int *ng)
+{
+    shoal_cli_parser p;
+    const char *v;
+    long n;
+    int id;
+
+    shoal_cli_begin(&p, &SPEC, argc, argv);
+    while ((id = shoal_cli_next(&p, &v)) > 0) {
+        switch (id) {
+        case OPT_LFS:
+            if (shoal_size_parse(v, &s->repos.lfs_threshold) != 0)
+                return shoal_cli_bad_value(&p, v, "a size (10M)");
+            break;
+        case OPT_LOG_LEVEL:
+            if (shoal_log_level_parse(v, level) != 0)
+                return shoal_cli_bad_value(&p, v, "error, warn, info or debug");
+            break;
+        case OPT_SYNTH_JOBS:
+            if (shoal_long_parse(v, 1, 256, &n) != 0)
+                return shoal_cli_bad_value(&p, v, "1..256");
+            o->synth_jobs = (int)n;
+            break;
+        case OPT_PORT:
+        case OPT_CDN_PORT:
+            if (parse_port(v, id == OPT_PORT ? &o->hub_port : &o->cdn_port))
+                return shoal_cli_bad_value(&p, v, "a port, 0..65535");
+            break;
+        default:
+            g[*ng].id = id;
+            snprintf(g[*ng].name, sizeof g[*ng].name, "%s", p.name);
+            g[(*ng)++].val = v;
+        }
+    }
+    if (id < 0)
+        return p.exit;
+    if (p.optind < argc)
+        return shoal_cli_usage_error(&SPEC, "unexpected argument '%s'", argv[p.optind]);
+    return -1;
 }
 
 int main(int argc, char **argv)
@@ -218,7 +270,10 @@ int main(int argc, char **argv)
     hm_server s;
     shoal_err err;
     cli o;
-    int rc = 1, nrepos = 0;
+    given *g = NULL;
+    shoal_meter_cfg mc;
+    shoal_meter meter;
+    int rc = 1, nrepos = 0, ng = 0;
     shoal_log_level level = SHOAL_LOG_WARN;
     struct event *sig_term = NULL, *sig_int = NULL;
 
@@ -231,38 +286,31 @@ int main(int argc, char **argv)
     s.repos.lfs_threshold = 10u << 20;
     signal(SIGPIPE, SIG_IGN);
 
-    /* First pass: options that change how repos are hashed or logged. */
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        if (strcmp(argv[i], "--version") == 0) {
-            printf("hubmock %s\n", SHOAL_VERSION);
-            return 0;
-        }
-        if (i + 1 < argc && strcmp(argv[i], "--lfs-threshold") == 0
-            && shoal_size_parse(argv[i + 1], &s.repos.lfs_threshold) != 0) {
-            fprintf(stderr, "hubmock: bad --lfs-threshold '%s'\n", argv[i + 1]);
-            return 2;
-        }
-        if (i + 1 < argc && strcmp(argv[i], "--log-level") == 0
-            && shoal_log_level_parse(argv[i + 1], &level) != 0) {
-            fprintf(stderr, "hubmock: bad --log-level '%s'\n", argv[i + 1]);
-            return 2;
-        }
+    g = calloc((size_t)argc + 1, sizeof *g);
+    if (!g) {
+        fprintf(stderr, "hubmock: out of memory\n");
+        return 1;
     }
+    if ((rc = args_parse(argc, argv, &s, &o, &level, g, &ng)) >= 0) {
+        free(g);
+        return rc;
+    }
+    rc = 1;
     shoal_log_setup("hubmock", level, NULL);
 
-    nrepos = args_apply(&s, argc, argv, &o);
-    if (nrepos < 0)
-        goto out;
-    if (nrepos == 0) {
-        fprintf(stderr, "hubmock: give at least one --repo org/name=DIR or --synth "
-                "org/name=PRESET (see --help)\n");
+    nrepos = args_apply(&s, g, ng, &o);
+    if (nrepos < 0) {
+        rc = o.exit;
         goto out;
     }
-    rc = hm_synth_finish(&s, o.synth, o.synth_cache, o.synth_jobs, &err);
+    if (nrepos == 0) {
+        rc = shoal_cli_usage_error(&SPEC, "give at least one --repo org/name=DIR or --synth "
+                                   "org/name=PRESET");
+        goto out;
+    }
+    shoal_meter_env_capture(&mc, 0);
+    shoal_meter_init(&meter, stderr, &mc, "hubmock:", SHOAL_METER_BYTES);
+    rc = hm_synth_finish(&s, o.synth, o.synth_cache, o.synth_jobs, &meter, &err);
     o.synth = NULL;
     if (rc) {
         fprintf(stderr, "hubmock: %s\n", err.msg);
@@ -314,5 +362,6 @@ out:
     hm_reqlog_close(s.log);
     hm_synth_pending_free(o.synth);
     hm_repos_free(&s.repos);
+    free(g);
     return rc;
 }

@@ -30,6 +30,7 @@
 
 #include "common/log.h"
 #include "common/path.h"
+#include "common/progress.h"
 
 enum { BAD_NONE = 0, BAD_HEADER = 1, BAD_SHA = 2 };
 
@@ -221,20 +222,15 @@ static size_t lookup(hm_synth_pending *list, const hm_etag_cache *cache, synth_d
 
 static void hash_progress(void *ctx, uint64_t done, uint64_t total)
 {
-    uint64_t *last = ctx;
-    char a[32], b[32];
-    if (done - *last < (uint64_t)20 << 30)
-        return;
-    *last = done;
-    fprintf(stderr, "hubmock: hashed %s of %s\n", shoal_size_format(done, a, sizeof a),
-            shoal_size_format(total, b, sizeof b));
+    shoal_meter_update(ctx, "hashed", done, total, NULL);
 }
 
 /* Hash the misses; store them in the snapshots and the cache. */
-static int hash_missing(hm_synth_pending *list, hm_etag_cache *cache, int jobs, shoal_err *err)
+static int hash_missing(hm_synth_pending *list, hm_etag_cache *cache, int jobs,
+                        shoal_meter *meter, shoal_err *err)
 {
     size_t nf = 0, nj, known = 0;
-    uint64_t bytes = 0, last = 0;
+    uint64_t bytes = 0;
     synth_digest_job *job;
     hm_file **files;
     long *file_job;
@@ -262,8 +258,13 @@ static int hash_missing(hm_synth_pending *list, hm_etag_cache *cache, int jobs, 
                 "etags%s\n", nj, shoal_size_format(bytes, sz, sizeof sz), jobs,
                 cache ? "; they are cached for the next start" : "");
     }
-    if ((rc = synth_digest_run(job, nj, jobs, hash_progress, &last, err)))
+    /* the meter only for a long hash: a test's start stays quiet */
+    if (bytes <= ((uint64_t)4 << 30))
+        meter = NULL;
+    if ((rc = synth_digest_run(job, nj, jobs, meter ? hash_progress : NULL, meter, err)))
         goto out;
+    if (meter)
+        shoal_meter_end(meter, NULL);
     for (size_t k = 0; k < nf; k++) {
         const synth_digest_job *j = file_job[k] >= 0 ? &job[file_job[k]] : NULL;
         if (!j)
@@ -314,7 +315,7 @@ static int register_repo(hm_server *s, hm_synth_pending *p, shoal_err *err)
 }
 
 int hm_synth_finish(hm_server *s, hm_synth_pending *list, const char *cache_path, int jobs,
-                    shoal_err *err)
+                    shoal_meter *meter, shoal_err *err)
 {
     hm_etag_cache *cache = NULL;
     int rc = 0;
@@ -326,7 +327,7 @@ int hm_synth_finish(hm_server *s, hm_synth_pending *list, const char *cache_path
     if (!rc && cache_path && (rc = hm_etag_cache_load(cache_path, &cache, err)))
         shoal_err_wrap(err, rc, "etag cache: ");
     if (!rc)
-        rc = hash_missing(list, cache, jobs > 0 ? jobs : 1, err);
+        rc = hash_missing(list, cache, jobs > 0 ? jobs : 1, meter, err);
     for (hm_synth_pending *p = list; p && !rc; p = p->next)
         rc = register_repo(s, p, err);
     hm_etag_cache_free(cache);

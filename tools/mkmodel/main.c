@@ -14,64 +14,74 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/cli.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/path.h"
 #include "common/sys.h"
 #include "tools/mkmodel/mkmodel_int.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-        "usage: mkmodel --out DIR [--preset tiny|slice|k3|oracle] [--seed N] [--layers N]\n"
-        "               [--experts N] [--headers-only] [--force] [--quiet]\n"
-        "       mkmodel --stdout FILE [model flags]     one file of the model on stdout\n"
-        "       mkmodel --print-etags [--jobs N] [model flags]   its digest table\n"
-        "\n"
-        "Write a synthetic Kimi-K3-family model directory (config.json,\n"
-        "tokenizer_config.json, tiktoken.model, model.safetensors.index.json and\n"
-        "model-NNNNN-of-NNNNNN.safetensors shards) with deterministic weights.\n"
-        "\n"
-        "  --out DIR      output directory (created; must be empty unless --force)\n"
-        "  --preset P     tiny (k3.md section 6, default), slice (K3 expert sizes:\n"
-        "                 17,547,264-byte experts, 4 layers x 32 experts, ~2.6 GB),\n"
-        "                 k3 (the full checkpoint: 93 layers x 896 experts, 96 shards,\n"
-        "                 ~1.56 TB; use --headers-only, --layers, --experts) or\n"
-        "                 oracle (tiny's files, constructed weights: its greedy\n"
-        "                 continuation of \"" SYNTH_ORACLE_PROMPT "\" is\n"
-        "                 \"" SYNTH_ORACLE_TEXT "\"\n"
-        "                 only if the engine gets every part right; config.json\n"
-        "                 \"oracle\" holds both; the seed moves only the filler)\n"
-        "  --seed N       weight seed, 0..2^63-1 (default 0 = the k3.md section 6 values)\n"
-        "  --layers N     number of layers (1..%d); MLA on every 4th 1-based layer\n"
-        "                 and on the last two, as K3\n"
-        "  --experts N    routed experts per MoE layer (1..%d)\n"
-        "  --headers-only shards get their real headers and sizes as sparse files\n"
-        "                 (holes for the data), for tools that read local snapshots\n"
-        "  --stdout FILE  write only FILE of the model (e.g. model-00001-of-000003.\n"
-        "                 safetensors) to stdout, no directory\n"
-        "  --print-etags  print every file's size, sha256, git sha1 and probe as the\n"
-        "                 rows of synth/k3_etags.inc (hashes the whole model)\n"
-        "  --jobs N       hashing threads for --print-etags (default: CPUs)\n"
-        "  --force        write into a non-empty DIR, replacing an earlier model\n"
-        "  --quiet        no progress on stderr\n"
-        "  --help         this text\n", SYNTH_MAX_LAYERS, SYNTH_MAX_EXPERTS);
-}
+enum {
+    OPT_OUT = 1, OPT_PRESET, OPT_SEED, OPT_LAYERS, OPT_EXPERTS, OPT_HEADERS_ONLY, OPT_STDOUT,
+    OPT_ETAGS, OPT_JOBS, OPT_FORCE, OPT_QUIET,
+};
 
-static int parse_u64(const char *flag, const char *s, uint64_t max, uint64_t *out)
+static const shoal_cli_opt OPTS[] = {
+    { "out", 0, "DIR", OPT_OUT, "output directory (created; must be empty unless --force)" },
+    { "preset", 0, "tiny|slice|k3|oracle", OPT_PRESET,
+      "tiny (k3.md section 6, default), slice (K3 expert sizes:\n"
+      "17,547,264-byte experts, 4 layers x 32 experts, ~2.6 GB),\n"
+      "k3 (the full checkpoint: 93 layers x 896 experts, 96 shards,\n"
+      "~1.56 TB; use --headers-only, --layers, --experts) or\n"
+      "oracle (tiny's files, constructed weights: its greedy\n"
+      "continuation of \"" SYNTH_ORACLE_PROMPT "\" is\n"
+      "\"" SYNTH_ORACLE_TEXT "\"\n"
+      "only if the engine gets every part right; config.json\n"
+      "\"oracle\" holds both; the seed moves only the filler)" },
+    { "seed", 0, "N", OPT_SEED, "weight seed, 0..2^63-1 (default 0 = the k3.md section 6 values)" },
+    { "layers", 0, "N", OPT_LAYERS, "number of layers; MLA on every 4th 1-based layer\n"
+                                    "and on the last two, as K3" },
+    { "experts", 0, "N", OPT_EXPERTS, "routed experts per MoE layer" },
+    { "headers-only", 0, NULL, OPT_HEADERS_ONLY,
+      "shards get their real headers and sizes as sparse files\n"
+      "(holes for the data), for tools that read local snapshots" },
+    { "stdout", 0, "FILE", OPT_STDOUT, "write only FILE of the model (e.g. model-00001-of-000003.\n"
+                                       "safetensors) to stdout, no directory" },
+    { "print-etags", 0, NULL, OPT_ETAGS, "print every file's size, sha256, git sha1 and probe as the\n"
+                                         "rows of synth/k3_etags.inc (hashes the whole model)" },
+    { "jobs", 0, "N", OPT_JOBS, "hashing threads for --print-etags (default: CPUs)" },
+    { "force", 0, NULL, OPT_FORCE, "write into a non-empty DIR, replacing an earlier model" },
+    { "quiet", 'q', NULL, OPT_QUIET, "no progress on stderr" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+static const shoal_cli_spec SPEC = {
+    .prog = "mkmodel",
+    .summary = "write a synthetic Kimi-K3-family model",
+    .synopsis = "mkmodel --out DIR [--preset tiny|slice|k3|oracle] [--seed N] [--layers N] [--experts N]\n"
+                "        [--headers-only] [--force] [--quiet]\n"
+                "mkmodel --stdout FILE [model options]\n"
+                "mkmodel --print-etags [--jobs N] [model options]",
+    .about = "Write a synthetic Kimi-K3-family model directory (config.json,\n"
+             "tokenizer_config.json, tiktoken.model, model.safetensors.index.json and\n"
+             "model-NNNNN-of-NNNNNN.safetensors shards) with deterministic weights, or one\n"
+             "of its files on stdout, or its digest table.  A developer's tool\n"
+             "(docs/mkmodel.md).",
+    .opts = OPTS,
+    .notes = "Progress goes to stderr: a bar on a terminal, a line every 5 s otherwise;\n"
+             "--quiet or HF_HUB_DISABLE_PROGRESS_BARS=1 turn it off, NO_COLOR its colour.",
+};
+
+static int parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
     char *end;
+    unsigned long long v;
     errno = 0;
-    if (!s || !*s || *s == '-') {
-        fprintf(stderr, "mkmodel: %s needs a non-negative integer\n", flag);
+    if (!s || !*s || *s == '-')
         return -1;
-    }
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v > max) {
-        fprintf(stderr, "mkmodel: %s: '%s' is not an integer in 0..%llu\n", flag, s,
-                (unsigned long long)max);
+    v = strtoull(s, &end, 10);
+    if (errno || *end || v > max)
         return -1;
-    }
     *out = v;
     return 0;
 }
@@ -122,70 +132,64 @@ typedef struct opts {
     int force, quiet, headers_only, print_etags;
 } opts;
 
-/* 0 to go on, 1 to exit 0 (--help), -1 to exit 2. */
+/* -1 to go on, else the exit status. */
 static int opts_parse(int argc, char **argv, opts *o)
 {
+    shoal_cli_parser p;
+    const char *v;
+    int id;
+
     memset(o, 0, sizeof *o);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 1;
-        } else if (!strcmp(a, "--force")) {
-            o->force = 1;
-        } else if (!strcmp(a, "--quiet")) {
-            o->quiet = 1;
-        } else if (!strcmp(a, "--headers-only")) {
-            o->headers_only = 1;
-        } else if (!strcmp(a, "--print-etags")) {
-            o->print_etags = 1;
-        } else if (!strcmp(a, "--stdout") && v) {
-            o->cat = v;
-            i++;
-        } else if (!strcmp(a, "--jobs") && v) {
-            if (parse_u64(a, argv[++i], 256, &o->jobs) || o->jobs == 0) {
-                fprintf(stderr, "mkmodel: --jobs must be 1..256\n");
-                return -1;
-            }
-        } else if (!strcmp(a, "--out") && v) {
-            o->out = v;
-            i++;
-        } else if (!strcmp(a, "--preset") && v) {
-            if (synth_preset_parse(v, &o->preset)) {
-                fprintf(stderr, "mkmodel: unknown preset '%s' (tiny, slice, k3 or oracle)\n", v);
-                return -1;
-            }
-            i++;
-        } else if (!strcmp(a, "--seed") && v) {
-            if (parse_u64(a, argv[++i], INT64_MAX, &o->seed))
-                return -1;
-        } else if (!strcmp(a, "--layers") && v) {
-            if (parse_u64(a, argv[++i], SYNTH_MAX_LAYERS, &o->layers) || o->layers == 0) {
+    shoal_cli_begin(&p, &SPEC, argc, argv);
+    while ((id = shoal_cli_next(&p, &v)) > 0) {
+        switch (id) {
+        case OPT_FORCE:        o->force = 1; break;
+        case OPT_QUIET:        o->quiet = 1; break;
+        case OPT_HEADERS_ONLY: o->headers_only = 1; break;
+        case OPT_ETAGS:        o->print_etags = 1; break;
+        case OPT_STDOUT:       o->cat = v; break;
+        case OPT_OUT:          o->out = v; break;
+        case OPT_JOBS:
+            if (parse_u64(v, 256, &o->jobs) || o->jobs == 0)
+                return shoal_cli_bad_value(&p, v, "1..256");
+            break;
+        case OPT_PRESET:
+            if (synth_preset_parse(v, &o->preset))
+                return shoal_cli_bad_value(&p, v, "tiny, slice, k3 or oracle");
+            break;
+        case OPT_SEED:
+            if (parse_u64(v, INT64_MAX, &o->seed))
+                return shoal_cli_bad_value(&p, v, "an integer in 0..2^63-1");
+            break;
+        case OPT_LAYERS:
+            if (parse_u64(v, SYNTH_MAX_LAYERS, &o->layers) || o->layers == 0) {
                 fprintf(stderr, "mkmodel: --layers must be 1..%d\n", SYNTH_MAX_LAYERS);
-                return -1;
+                return SHOAL_EXIT_USAGE;
             }
-        } else if (!strcmp(a, "--experts") && v) {
-            if (parse_u64(a, argv[++i], SYNTH_MAX_EXPERTS, &o->experts) || o->experts == 0) {
+            break;
+        case OPT_EXPERTS:
+            if (parse_u64(v, SYNTH_MAX_EXPERTS, &o->experts) || o->experts == 0) {
                 fprintf(stderr, "mkmodel: --experts must be 1..%d\n", SYNTH_MAX_EXPERTS);
-                return -1;
+                return SHOAL_EXIT_USAGE;
             }
-        } else {
-            fprintf(stderr, "mkmodel: unknown or incomplete option '%s' (see --help)\n", a);
-            return -1;
+            break;
         }
     }
-    if (!!o->out + !!o->cat + o->print_etags != 1) {
-        fprintf(stderr, "mkmodel: give one of --out DIR, --stdout FILE or --print-etags "
-                "(see --help)\n");
-        return -1;
-    }
-    return 0;
+    if (id < 0)
+        return p.exit;
+    if (p.optind < argc)
+        return shoal_cli_usage_error(&SPEC, "unexpected argument '%s'", argv[p.optind]);
+    if (!!o->out + !!o->cat + o->print_etags != 1)
+        return shoal_cli_usage_error(&SPEC, "give one of --out DIR, --stdout FILE or "
+                                     "--print-etags");
+    return -1;
 }
 
 /* Write the model directory o->out. */
-static int dir_write(const opts *o, const synth_model *model, shoal_err *err)
+static int dir_write(const opts *o, const synth_model *model, shoal_meter *meter,
+                     shoal_err *err)
 {
-    mk_progress pr = { 0 };
+    mk_progress pr = { 0, 0, meter, 0, 0 };
     char idx[SHOAL_PATH_MAX];
     int ne = dir_nonempty(o->out), rc;
 
@@ -202,8 +206,6 @@ static int dir_write(const opts *o, const synth_model *model, shoal_err *err)
      * first; write.c writes the new one last. */
     if (shoal_path_join(idx, sizeof idx, o->out, "model.safetensors.index.json") == 0)
         unlink(idx);
-    pr.tty = !o->quiet && isatty(2);
-    pr.verbose = !o->quiet;
     return mk_model_write(model, o->out, o->headers_only, &pr, err);
 }
 
@@ -213,11 +215,15 @@ int main(int argc, char **argv)
     synth_config cfg;
     synth_model *model = NULL;
     shoal_err err = { 0 };
+    shoal_meter_cfg mc;
+    shoal_meter meter;
     int rc;
 
     shoal_log_setup("mkmodel", SHOAL_LOG_WARN, NULL);
-    if ((rc = opts_parse(argc, argv, &o)))
-        return rc > 0 ? 0 : 2;
+    if ((rc = opts_parse(argc, argv, &o)) >= 0)
+        return rc;
+    shoal_meter_env_capture(&mc, o.quiet);
+    shoal_meter_init(&meter, stderr, &mc, "mkmodel", SHOAL_METER_BYTES);
     synth_config_init(&cfg, o.preset);
     cfg.seed = o.seed;
     if ((rc = synth_config_finish(&cfg, (int)o.layers, (int)o.experts, &err))) {
@@ -229,11 +235,11 @@ int main(int argc, char **argv)
     if (o.print_etags) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         int jobs = o.jobs ? (int)o.jobs : cpus > 0 ? (int)cpus : 1;
-        rc = mk_etags_print(model, jobs, o.quiet, &err);
+        rc = mk_etags_print(model, jobs, &meter, &err);
     } else if (o.cat) {
         rc = mk_file_cat(model, o.cat, 1, &err);
     } else {
-        rc = dir_write(&o, model, &err);
+        rc = dir_write(&o, model, &meter, &err);
     }
     if (rc)
         goto fail;
@@ -249,7 +255,8 @@ int main(int argc, char **argv)
     synth_model_free(model);
     return 0;
 fail:
+    shoal_meter_clear(&meter);
     fprintf(stderr, "mkmodel: %s\n", err.msg[0] ? err.msg : shoal_strerror(rc));
     synth_model_free(model);
-    return 1;
+    return shoal_exit_for(rc);
 }

@@ -11,12 +11,15 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/progress.h"
 #include "synth/synth.h"
 
+/* What a directory write shows: bytes of tensors written of the total,
+ * the shard being written as the meter's phase. */
 typedef struct mk_progress {
     uint64_t done, total;
-    int tty;                      /* redraw with \r */
-    int verbose;                  /* a line per shard */
+    shoal_meter *meter;           /* NULL: show nothing */
+    int shard, shards;            /* the one being written (1-based), of */
 } mk_progress;
 
 /* Write every file of m into dir: small files atomically, shards streamed
@@ -27,7 +30,8 @@ int mk_model_write(const synth_model *m, const char *dir, int headers_only, mk_p
                    shoal_err *err);
 /* Write file `name` of m to fd (stdout). */
 int mk_file_cat(const synth_model *m, const char *name, int fd, shoal_err *err);
-/* Print the digest table of every file (the rows of synth/k3_etags.inc). */
-int mk_etags_print(const synth_model *m, int jobs, int quiet, shoal_err *err);
+/* Print the digest table of every file (the rows of synth/k3_etags.inc);
+ * meter (may be NULL) shows the hashing. */
+int mk_etags_print(const synth_model *m, int jobs, shoal_meter *meter, shoal_err *err);
 
 #endif

@@ -20,11 +20,13 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/cli.h"
 #include "common/hfenv.h"
 #include "cache/cache.h"
 #include "common/log.h"
 #include "common/manifest.h"
 #include "common/path.h"
+#include "common/progress.h"
 #include "common/sys.h"
 #include "fetcher/fetch.h"
 
@@ -36,41 +38,57 @@ static void on_signal(int sig)
     g_stop = 1;
 }
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-"usage: shoal-fetch [options] MODEL\n"
-"\n"
-"MODEL is hf://org/name[@revision] (endpoint $HF_ENDPOINT, default\n"
-"https://huggingface.co) or a snapshot directory (a path or file://DIR).\n"
-"\n"
-"  --home DIR           the cache directory (default $SHOAL_HOME, ~/.cache/shoal)\n"
-"  --manifest           build or load the manifest and describe it\n"
-"  --spine              fetch every spine tensor (and the small files)\n"
-"  --small              fetch the small files (config, index, tokenizer)\n"
-"  --experts SEL        all | layers:A-B | L:E,L:E,...\n"
-"  --parallel N         transfers at once (default 8)\n"
-"  --coalesce SIZE      longest merged request (default 64MiB; 1 = never merge)\n"
-"  --split-min SIZE     smallest part when one object goes over several\n"
-"                       connections (default 2MiB; 0 = never split)\n"
-"  --stall-timeout S    retry a transfer silent for S seconds (default 30)\n"
-"  --backoff-ms N       first retry delay (default 1000; doubles to 8000)\n"
-"  --max-attempts N     failures in a row without progress (default 8)\n"
-"  --seed N             jitter seed (tests)\n"
-"  --no-fsync           skip fsyncs in the cache (benchmarks)\n"
-"  --max-size SIZE      the cache's byte budget (default: a share of the disk)\n"
-"  --verify-against DIR after fetching, compare every selected object in the\n"
-"                       cache with the same bytes of DIR's files\n"
-"  --progress           a progress bar on stderr\n"
-"  --json               the summary as one JSON object\n"
-"  --no-token           send no token\n"
-"  -v                   debug logging on stderr\n"
-"\n"
-"The token comes from HF_TOKEN, HUGGING_FACE_HUB_TOKEN, or $HF_TOKEN_PATH\n"
-"(default $HF_HOME/token, ~/.cache/huggingface/token); it goes to the\n"
-"endpoint's host only.  Ctrl-C pauses: a rerun continues where it stopped.\n"
-"Exit status: 0 done, 1 failed, 2 bad usage, 130 interrupted.\n");
-}
+enum {
+    OPT_HOME = 1, OPT_MANIFEST, OPT_SPINE, OPT_SMALL, OPT_EXPERTS, OPT_PARALLEL, OPT_COALESCE,
+    OPT_SPLIT_MIN, OPT_STALL, OPT_BACKOFF, OPT_ATTEMPTS, OPT_SEED, OPT_NO_FSYNC, OPT_MAX_SIZE,
+    OPT_VERIFY, OPT_PROGRESS, OPT_QUIET, OPT_JSON, OPT_NO_TOKEN, OPT_VERBOSE,
+};
+
+static const shoal_cli_opt OPTS[] = {
+    { "home", 0, "DIR", OPT_HOME, "the cache directory (default $SHOAL_HOME, else\n"
+                                  "$XDG_CACHE_HOME/shoal, else ~/.cache/shoal)" },
+    { "manifest", 0, NULL, OPT_MANIFEST, "build or load the manifest and describe it" },
+    { "spine", 0, NULL, OPT_SPINE, "fetch every spine tensor (and the small files)" },
+    { "small", 0, NULL, OPT_SMALL, "fetch the small files (config, index, tokenizer)" },
+    { "experts", 0, "SEL", OPT_EXPERTS, "all | layers:A-B | L:E,L:E,..." },
+    { "parallel", 0, "N", OPT_PARALLEL, "transfers at once (default 8)" },
+    { "coalesce", 0, "SIZE", OPT_COALESCE, "longest merged request (default 64MiB; 1 = never merge)" },
+    { "split-min", 0, "SIZE", OPT_SPLIT_MIN, "smallest part when one object goes over several\n"
+                                             "connections (default 2MiB; 0 = never split)" },
+    { "stall-timeout", 0, "S", OPT_STALL, "retry a transfer silent for S seconds (default 30)" },
+    { "backoff-ms", 0, "N", OPT_BACKOFF, "first retry delay (default 1000; doubles to 8000)" },
+    { "max-attempts", 0, "N", OPT_ATTEMPTS, "failures in a row without progress (default 8)" },
+    { "seed", 0, "N", OPT_SEED, "jitter seed (tests)" },
+    { "no-fsync", 0, NULL, OPT_NO_FSYNC, "skip fsyncs in the cache (benchmarks)" },
+    { "max-size", 0, "SIZE", OPT_MAX_SIZE, "the cache's byte budget (default: a share of the disk)" },
+    { "verify-against", 0, "DIR", OPT_VERIFY, "after fetching, compare every selected object in the\n"
+                                              "cache with the same bytes of DIR's files" },
+    { "progress", 0, NULL, OPT_PROGRESS, "progress on stderr when it is not a terminal too (a\n"
+                                         "line every 5 s; a terminal gets a bar by default)" },
+    { "quiet", 'q', NULL, OPT_QUIET, "no progress (also HF_HUB_DISABLE_PROGRESS_BARS=1)" },
+    { "json", 0, NULL, OPT_JSON, "the summary as one JSON object" },
+    { "no-token", 0, NULL, OPT_NO_TOKEN, "send no token" },
+    { "verbose", 'v', NULL, OPT_VERBOSE, "debug logging on stderr" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+static const shoal_cli_spec SPEC = {
+    .prog = "shoal-fetch",
+    .summary = "fetch a model's manifest, spine and experts into a shoal cache",
+    .synopsis = "shoal-fetch [options] MODEL",
+    .about = "MODEL is hf://org/name[@revision] (endpoint $HF_ENDPOINT, default\n"
+             "https://huggingface.co) or a snapshot directory (a path or file://DIR).  It\n"
+             "opens the cache as its one writer: while shoald runs, use `shoal warm`\n"
+             "instead (shoald owns the cache).",
+    .opts = OPTS,
+    .notes = "The token comes from HF_TOKEN, HUGGING_FACE_HUB_TOKEN, or $HF_TOKEN_PATH\n"
+             "(default $HF_HOME/token, ~/.cache/huggingface/token); it goes to the\n"
+             "endpoint's host only.  Ctrl-C pauses: a rerun continues where it stopped.",
+    .man_extra = ".SH ENVIRONMENT\n"
+                 "HF_ENDPOINT, HF_TOKEN, HUGGING_FACE_HUB_TOKEN, HF_TOKEN_PATH, HF_HOME,\n"
+                 "SHOAL_HOME, XDG_CACHE_HOME; NO_COLOR, HF_HUB_DISABLE_PROGRESS_BARS.\n"
+                 ".SH \"SEE ALSO\"\nshoal(1), shoald(8)\n",
+};
 
 static int parse_experts(const char *s, fetch_selection *sel, int32_t **pairs)
 {
@@ -118,37 +136,14 @@ static int parse_experts(const char *s, fetch_selection *sel, int32_t **pairs)
     return sel->npairs ? 0 : -1;
 }
 
-typedef struct bar {
-    int      on;
-    uint64_t start_ns;
-} bar;
-
 static void on_progress(const fetch_progress *p, void *ctx)
 {
-    bar *b = ctx;
-    char done[32], total[32], rate[32];
-    double eta = p->rate > 0 ? (double)(p->bytes_total - p->bytes_done) / p->rate : -1;
-    int width = 30, fill = p->bytes_total ? (int)((double)p->bytes_done * width / (double)p->bytes_total) : width;
-    char line[64], eta_s[32];
-
-    if (!b->on)
-        return;
-    for (int i = 0; i < width; i++)
-        line[i] = i < fill ? '#' : '.';
-    line[width] = '\0';
-    shoal_size_format(p->bytes_done, done, sizeof done);
-    shoal_size_format(p->bytes_total, total, sizeof total);
-    shoal_size_format((uint64_t)p->rate, rate, sizeof rate);
-    if (eta < 0)
-        snprintf(eta_s, sizeof eta_s, "?");
-    else
-        snprintf(eta_s, sizeof eta_s, "%.0fs", eta);
-    fprintf(stderr, "\r[%s] %s / %s  %s/s  %" PRIu64 "/%" PRIu64 " objects  %" PRIu64
-            " retries  ETA %s   ", line, done, total, rate, p->objects_done, p->objects_total,
-            p->retries, eta_s);
+    char extra[96];
+    snprintf(extra, sizeof extra, "%" PRIu64 "/%" PRIu64 " objects  %" PRIu64 " retries",
+             p->objects_done, p->objects_total, p->retries);
+    shoal_meter_update(ctx, NULL, p->bytes_done, p->bytes_total, extra);
     if (p->finished)
-        fputc('\n', stderr);
-    fflush(stderr);
+        shoal_meter_end(ctx, extra);
 }
 
 /* Compare every item with the same bytes of DIR's files.  Number of
@@ -260,89 +255,73 @@ static void print_summary(const fetch_upstream *u, const manifest *m, int from_c
 /* The command line. */
 typedef struct args {
     const char *home_flag, *model, *experts, *verify_dir;
-    int want_manifest, spine, small, json, progress_bar, no_token, no_fsync;
+    int want_manifest, spine, small, json, progress_bar, quiet, no_token, no_fsync;
     uint64_t max_size;        /* cache budget; 0: the cache's default */
 } args;
+
+/* A numeric option (the parallel ones, timeouts, the seed) into fo. */
+static int set_number(const shoal_cli_parser *p, int id, const char *val, fetch_options *fo)
+{
+    long v;
+    if (shoal_long_parse(val, 1, 1000000000L, &v) != 0)
+        return shoal_cli_bad_value(p, val, "a whole number, 1..1000000000");
+    switch (id) {
+    case OPT_PARALLEL: fo->parallel = (int)v; break;
+    case OPT_STALL:    fo->stall_secs = v; break;
+    case OPT_BACKOFF:  fo->backoff_ms = v; break;
+    case OPT_ATTEMPTS: fo->max_attempts = (int)v; break;
+    default:           fo->seed = (uint32_t)v; break;
+    }
+    return 0;
+}
 
 /* Parse argv into a and fo.  -1: go on; otherwise the exit status. */
 static int parse_args(int argc, char **argv, args *a, fetch_options *fo)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *x = argv[i];
-        int has = i + 1 < argc;
-        char *end = NULL;
-        if (strcmp(x, "--help") == 0 || strcmp(x, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(x, "--manifest") == 0) {
-            a->want_manifest = 1;
-        } else if (strcmp(x, "--spine") == 0) {
-            a->spine = a->small = 1;
-        } else if (strcmp(x, "--small") == 0) {
-            a->small = 1;
-        } else if (strcmp(x, "--json") == 0) {
-            a->json = 1;
-        } else if (strcmp(x, "--progress") == 0) {
-            a->progress_bar = 1;
-        } else if (strcmp(x, "--no-token") == 0) {
-            a->no_token = 1;
-        } else if (strcmp(x, "--no-fsync") == 0) {
-            a->no_fsync = 1;
-        } else if (strcmp(x, "-v") == 0) {
-            shoal_log_set_level(SHOAL_LOG_DEBUG);
-        } else if (has && strcmp(x, "--home") == 0) {
-            a->home_flag = argv[++i];
-        } else if (has && strcmp(x, "--experts") == 0) {
-            a->experts = argv[++i];
-        } else if (has && strcmp(x, "--verify-against") == 0) {
-            a->verify_dir = argv[++i];
-        } else if (has && strcmp(x, "--max-size") == 0) {
-            if (shoal_size_parse(argv[++i], &a->max_size) || a->max_size == 0) {
-                fprintf(stderr, "shoal-fetch: bad --max-size '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (has && strcmp(x, "--split-min") == 0) {
-            if (shoal_size_parse(argv[++i], &fo->split_min)) {
-                fprintf(stderr, "shoal-fetch: bad --split-min '%s'\n", argv[i]);
-                return 2;
-            }
+    shoal_cli_parser p;
+    const char *v;
+    int id, rc;
+
+    shoal_cli_begin(&p, &SPEC, argc, argv);
+    while ((id = shoal_cli_next(&p, &v)) > 0) {
+        switch (id) {
+        case OPT_MANIFEST: a->want_manifest = 1; break;
+        case OPT_SPINE:    a->spine = a->small = 1; break;
+        case OPT_SMALL:    a->small = 1; break;
+        case OPT_JSON:     a->json = 1; break;
+        case OPT_PROGRESS: a->progress_bar = 1; break;
+        case OPT_QUIET:    a->quiet = 1; break;
+        case OPT_NO_TOKEN: a->no_token = 1; break;
+        case OPT_NO_FSYNC: a->no_fsync = 1; break;
+        case OPT_VERBOSE:  shoal_log_set_level(SHOAL_LOG_DEBUG); break;
+        case OPT_HOME:     a->home_flag = v; break;
+        case OPT_EXPERTS:  a->experts = v; break;
+        case OPT_VERIFY:   a->verify_dir = v; break;
+        case OPT_MAX_SIZE:
+            if (shoal_size_parse(v, &a->max_size) || a->max_size == 0)
+                return shoal_cli_bad_value(&p, v, "a size (500G, 1.5TiB)");
+            break;
+        case OPT_SPLIT_MIN:
+            if (shoal_size_parse(v, &fo->split_min))
+                return shoal_cli_bad_value(&p, v, "a size (2M; 0 = never split)");
             if (fo->split_min == 0)
                 fo->split_min = FETCH_SPLIT_NEVER;
-        } else if (has && strcmp(x, "--coalesce") == 0) {
-            if (shoal_size_parse(argv[++i], &fo->coalesce_bytes) || fo->coalesce_bytes == 0) {
-                fprintf(stderr, "shoal-fetch: bad --coalesce '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (has && (strcmp(x, "--parallel") == 0 || strcmp(x, "--stall-timeout") == 0
-                           || strcmp(x, "--backoff-ms") == 0 || strcmp(x, "--max-attempts") == 0
-                           || strcmp(x, "--seed") == 0)) {
-            long v;
-            errno = 0;
-            v = strtol(argv[++i], &end, 10);
-            if (errno || *end || v <= 0 || v > 1000000000L) {
-                fprintf(stderr, "shoal-fetch: bad %s '%s'\n", x, argv[i]);
-                return 2;
-            }
-            if (strcmp(x, "--parallel") == 0)
-                fo->parallel = (int)v;
-            else if (strcmp(x, "--stall-timeout") == 0)
-                fo->stall_secs = v;
-            else if (strcmp(x, "--backoff-ms") == 0)
-                fo->backoff_ms = v;
-            else if (strcmp(x, "--max-attempts") == 0)
-                fo->max_attempts = (int)v;
-            else
-                fo->seed = (uint32_t)v;
-        } else if (x[0] == '-' && x[1]) {
-            fprintf(stderr, "shoal-fetch: unknown or incomplete option '%s' (see --help)\n", x);
-            return 2;
-        } else if (!a->model) {
-            a->model = x;
-        } else {
-            fprintf(stderr, "shoal-fetch: too many arguments (see --help)\n");
-            return 2;
+            break;
+        case OPT_COALESCE:
+            if (shoal_size_parse(v, &fo->coalesce_bytes) || fo->coalesce_bytes == 0)
+                return shoal_cli_bad_value(&p, v, "a size (64M; 1 = never merge)");
+            break;
+        default:
+            if ((rc = set_number(&p, id, v, fo)) != 0)
+                return rc;
         }
     }
+    if (id < 0)
+        return p.exit;
+    if (argc - p.optind != 1)
+        return shoal_cli_usage_error(&SPEC, argc == p.optind ? "give a MODEL"
+                                     : "one MODEL at a time");
+    a->model = argv[p.optind];
     return -1;
 }
 
@@ -365,7 +344,8 @@ int main(int argc, char **argv)
     fetch_poll *loop = NULL;
     fetch_session *s = NULL;
     shoal_err err;
-    bar b = { 0, 0 };
+    shoal_meter_cfg mc;
+    shoal_meter meter;
     uint64_t t0;
     double cpu0;
 
@@ -376,16 +356,14 @@ int main(int argc, char **argv)
     r = parse_args(argc, argv, &a, &fo);
     if (r >= 0)
         return r;
-    if (!a.model) {
-        usage(stderr);
-        return 2;
-    }
     if (a.experts && parse_experts(a.experts, &sel, &pairs)) {
-        fprintf(stderr, "shoal-fetch: --experts wants all, layers:A-B or L:E,L:E,... (got '%s')\n",
-                a.experts);
         free(pairs);
-        return 2;
+        return shoal_cli_usage_error(&SPEC, "--experts wants all, layers:A-B or L:E,L:E,... "
+                                     "(got '%s')", a.experts);
     }
+    /* by default on a terminal only: a script asks with --progress */
+    shoal_meter_env_capture(&mc, a.quiet || (!a.progress_bar && !isatty(STDERR_FILENO)));
+    shoal_meter_init(&meter, stderr, &mc, "fetch", SHOAL_METER_BYTES);
     sel.spine = a.spine;
     sel.small = a.small;
     shoal_env_capture(&env);
@@ -394,7 +372,7 @@ int main(int argc, char **argv)
         || shoal_mkdir_p(home, 0700, &err)) {
         fprintf(stderr, "shoal-fetch: %s\n", err.msg);
         free(pairs);
-        return 2;
+        return SHOAL_EXIT_USAGE;
     }
     fo.model = a.model;
     fo.endpoint = hfe.endpoint;
@@ -408,29 +386,36 @@ int main(int argc, char **argv)
     signal(SIGTERM, on_signal);
     t0 = shoal_now_ns();
     cpu0 = cpu_seconds();
-    if (cache_open(home, &cc, &c, NULL, &err) || fetch_upstream_open(&fo, c, &u, &err)
+    if (cache_open(home, &cc, &c, NULL, &err) == SHOAL_ELOCKED) {
+        fprintf(stderr, "shoal-fetch: shoald owns the cache %s: use `shoal --home %s warm %s` "
+                "(it fetches through shoald), or stop shoald first\n", home, home, a.model);
+        rc = SHOAL_EXIT_BUSY;
+        goto out;
+    }
+    if (err.code || fetch_upstream_open(&fo, c, &u, &err)
         || fetch_manifest_get(u, c, &m, &from_cache, &err)) {
         fprintf(stderr, "shoal-fetch: %s\n", err.msg);
+        rc = shoal_exit_for(err.code);
         goto out;
     }
     if (a.want_manifest)
         describe_manifest(m, a.json, from_cache);
     if (fetch_select(m, &sel, &items, &nitems, &err)) {
         fprintf(stderr, "shoal-fetch: %s\n", err.msg);
+        rc = shoal_exit_for(err.code);
         goto out;
     }
-    b.on = a.progress_bar;
-    b.start_ns = t0;
     if (nitems > 0) {
         if (fetch_poll_new(&loop, &err)
             || fetch_session_new(u, c, m, fetch_poll_ops(), loop, &s, &err)) {
             fprintf(stderr, "shoal-fetch: %s\n", err.msg);
             goto out;
         }
-        fetch_session_on_progress(s, on_progress, &b, 250);
+        fetch_session_on_progress(s, on_progress, &meter, 250);
         if (fetch_session_add(s, items, nitems, &err) || fetch_poll_run(loop, s, &g_stop, &err)) {
+            shoal_meter_clear(&meter);
             fprintf(stderr, "shoal-fetch: %s\n", err.msg);
-            rc = err.code == SHOAL_ECANCELED ? 130 : 1;
+            rc = shoal_exit_for(err.code);
             goto summary;
         }
     }
@@ -440,7 +425,7 @@ int main(int argc, char **argv)
         if (bad != 0) {
             fprintf(stderr, "shoal-fetch: verify: %ld of %zu objects differ or are missing\n",
                     bad, nitems);
-            rc = 1;
+            rc = SHOAL_EXIT_DAMAGED;
         } else if (!a.json) {
             printf("verified  %zu objects byte-identical to %s\n", nitems, a.verify_dir);
         }

@@ -695,21 +695,28 @@ static void check_oracle(doctor *d)
 
 /* ---- the command ---------------------------------------------------------------- */
 
-static void usage(FILE *f)
-{
-    fputs("usage: shoal doctor [--json] [--oracle MODEL] [--disk-bytes SIZE]\n\n"
-          "Checks this machine, shoald and the engine, one line each:\n"
-          "`ok|warn|FAIL  check  what — what to do`.  engine (shoal-engine beside shoal),\n"
-          "cpu (the kernels' ISA), memory (the limit and K3's plan), disk (the cold read\n"
-          "rate of the cache directory), space (free against the budget), daemon\n"
-          "(shoald running, its version), access (socket and home permissions),\n"
-          "upstream (HF_ENDPOINT reachable, or HF_HUB_OFFLINE), oracle (the engine\n"
-          "must say exactly the oracle model's sentence).  Exit 1 when a check failed.\n\n"
-          "  --json             the checks as JSON (shoal.doctor, docs/cli.md)\n"
-          "  --oracle MODEL     run this oracle model (a directory, or hf://org/name\n"
-          "                     through shoald) instead of generating one with mkmodel\n"
-          "  --disk-bytes SIZE  the disk measurement's file (default 64M)\n", f);
-}
+enum { O_JSON = 1, O_ORACLE, O_DISK_BYTES };
+
+static const shoal_cli_opt doctor_opts[] = {
+    { "json", 0, NULL, O_JSON, "the checks as JSON (shoal.doctor, docs/cli.md)" },
+    { "oracle", 0, "MODEL", O_ORACLE, "run this oracle model (a directory, or hf://org/name\n"
+                                      "through shoald) instead of generating one with mkmodel" },
+    { "disk-bytes", 0, "SIZE", O_DISK_BYTES, "the disk measurement's file (default 64M)" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+const shoal_cli_spec cmd_doctor_spec = {
+    .prog = "shoal doctor",
+    .synopsis = "shoal doctor [--json] [--oracle MODEL] [--disk-bytes SIZE]",
+    .about = "Checks this machine, shoald and the engine, one line each:\n"
+             "`ok|warn|FAIL  check  what - what to do`.  engine (shoal-engine beside shoal),\n"
+             "cpu (the kernels' ISA), memory (the limit and K3's plan), disk (the cold read\n"
+             "rate of the cache directory), space (free against the budget), daemon\n"
+             "(shoald running, its version), access (socket and home permissions),\n"
+             "upstream (HF_ENDPOINT reachable, or HF_HUB_OFFLINE), oracle (the engine\n"
+             "must say exactly the oracle model's sentence).  Exit 1 when a check failed.",
+    .opts = doctor_opts,
+};
 
 static void print_text(const doctor *d)
 {
@@ -755,30 +762,31 @@ static void print_json(doctor *d)
     shoal_json_free(root);
 }
 
+/* -1 to go on, else the exit status. */
 static int parse_args(doctor *d, int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 1;
-        } else if (!strcmp(a, "--json")) {
-            d->json = 1;
-        } else if (!strcmp(a, "--oracle") && v) {
-            d->oracle = argv[++i];
-        } else if (!strcmp(a, "--disk-bytes") && v) {
-            if (shoal_size_parse(argv[++i], &d->disk_bytes) != 0 || d->disk_bytes < (1u << 20) ||
-                d->disk_bytes > (16ull << 30)) {
-                fprintf(stderr, "shoal doctor: --disk-bytes wants a size from 1M to 16G\n");
-                return -1;
-            }
-        } else {
-            fprintf(stderr, "shoal doctor: bad argument %s\n\n", a);
-            usage(stderr);
-            return -1;
+    shoal_cli_parser p;
+    const char *v;
+    int id;
+
+    shoal_cli_begin(&p, &cmd_doctor_spec, argc, argv);
+    while ((id = shoal_cli_next(&p, &v)) > 0) {
+        switch (id) {
+        case O_JSON:   d->json = 1; break;
+        case O_ORACLE: d->oracle = v; break;
+        case O_DISK_BYTES:
+            if (shoal_size_parse(v, &d->disk_bytes) != 0 || d->disk_bytes < (1u << 20) ||
+                d->disk_bytes > (16ull << 30))
+                return shoal_cli_bad_value(&p, v, "a size from 1M to 16G");
+            break;
         }
     }
-    return 0;
+    if (id < 0)
+        return p.exit;
+    if (p.optind < argc)
+        return shoal_cli_usage_error(&cmd_doctor_spec, "takes no arguments ('%s')",
+                                     argv[p.optind]);
+    return -1;
 }
 
 /* The order a reader wants (daemon ran before space: its STATS has the
@@ -806,9 +814,9 @@ int cmd_doctor(shoal_cli *cli, int argc, char **argv)
         return cli_fail(SHOAL_ENOMEM, NULL);
     d->cli = cli;
     d->disk_bytes = 64u << 20;
-    if ((rc = parse_args(d, argc, argv)) != 0) {
+    if ((rc = parse_args(d, argc, argv)) >= 0) {
         free(d);
-        return rc > 0 ? EXIT_OK_ : EXIT_USAGE;
+        return rc;
     }
     snprintf(d->tmp, sizeof d->tmp, "%s/shoal-doctor.XXXXXX",
              cli->tmpdir && *cli->tmpdir ? cli->tmpdir : "/tmp");

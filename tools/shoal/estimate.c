@@ -13,7 +13,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -153,20 +152,32 @@ static int shape_from_cache(const shoal_cli *cli, const char *spec, model_shape 
 
 /* ---- the command ---------------------------------------------------------------- */
 
-static const char estimate_help[] =
-    "usage: shoal estimate MODEL [--spine int8|int4|f32|bf16] [--upstream RATE]\n"
-    "                      [--disk-bytes SIZE] [--mem-bytes SIZE]\n"
-    "\n"
-    "Expected seconds per token (I/O only) streaming from upstream, from the disk\n"
-    "cache and from RAM, with the arithmetic.  MODEL is a directory with config.json\n"
-    "or a model whose manifest the cache holds.  The spine is counted in the format\n"
-    "the engine keeps it in RAM, from the config's shapes: int8 (default: its pack,\n"
-    "the embedding mapped), int4 (the large projections in groups of 64), f32, or\n"
-    "bf16 (as the checkpoint stores it).  Measures the cold disk read rate in\n"
-    "the cache directory (a SIZE temporary file, default 256M, dropped from the page\n"
-    "cache) and the memory read bandwidth (STREAM-style sum over SIZE, default\n"
-    "256M); the upstream rate comes from the cache's past transfers, or --upstream\n"
-    "(bytes per second: \"100M\").  Hit rates are the cache's, for MODEL when known.\n";
+enum { O_UPSTREAM = 1, O_DISK_BYTES, O_MEM_BYTES, O_SPINE };
+
+static const shoal_cli_opt estimate_opts[] = {
+    { "spine", 0, "int8|int4|f32", O_SPINE, "the spine's format in RAM (default int8: the\n"
+                                            "engine's pack, the embedding mapped; int4: the\n"
+                                            "large projections in groups of 64)" },
+    { "upstream", 0, "RATE", O_UPSTREAM, "the upstream rate in bytes per second (\"100M\"; default:\n"
+                                         "the cache's past transfers)" },
+    { "disk-bytes", 0, "SIZE", O_DISK_BYTES, "the disk read test's file (default 256M)" },
+    { "mem-bytes", 0, "SIZE", O_MEM_BYTES, "the memory bandwidth test's buffer (default 256M)" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+const shoal_cli_spec cmd_estimate_spec = {
+    .prog = "shoal estimate",
+    .synopsis = "shoal estimate MODEL [--spine int8|int4|f32] [--upstream RATE]\n"
+                "               [--disk-bytes SIZE] [--mem-bytes SIZE]",
+    .about = "Expected seconds per token (I/O only) streaming from upstream, from the disk\n"
+             "cache and from RAM, with the arithmetic.  MODEL is a directory with config.json\n"
+             "or a model whose manifest the cache holds.  The spine is counted in the format\n"
+             "the engine keeps it in RAM, from the config's shapes.  Measures the cold disk\n"
+             "read rate in the cache directory (a temporary file dropped from the page cache)\n"
+             "and the memory read bandwidth (a STREAM-style sum); hit rates are the cache's,\n"
+             "for MODEL when known.",
+    .opts = estimate_opts,
+};
 
 static void rates_from_stats(const shoal_cli *cli, const char *spec, double *up, double *r,
                              double *d, int64_t *rn, int64_t *dn, const char **scope)
@@ -191,43 +202,32 @@ static void rates_from_stats(const shoal_cli *cli, const char *spec, double *up,
     shoal_json_free(j);
 }
 
-/* The command line: -1 to go on, else the exit status. */
+/* The command line: -1 to go on (*first: MODEL's index), else the exit
+ * status. */
 static int estimate_args(int argc, char **argv, uint64_t *up_flag, uint64_t *disk_bytes,
-                         uint64_t *mem_bytes, k3_spine_mode *fmt)
+                         uint64_t *mem_bytes, k3_spine_mode *fmt, int *first)
 {
-    static const struct option opts[] = {
-        { "upstream", required_argument, NULL, 'u' }, { "disk-bytes", required_argument, NULL, 'd' },
-        { "mem-bytes", required_argument, NULL, 'm' }, { "spine", required_argument, NULL, 's' },
-        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
-    int c;
+    shoal_cli_parser p;
+    const char *v;
+    int id;
 
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        uint64_t *dst = c == 'u' ? up_flag : c == 'd' ? disk_bytes : mem_bytes;
-        switch (c) {
-        case 'u': case 'd': case 'm':
-            if (shoal_size_parse(optarg, dst) != 0 || *dst == 0) {
-                fprintf(stderr, "shoal estimate: '%s' is not a size (e.g. 256M)\n", optarg);
-                return EXIT_USAGE;
-            }
-            break;
-        case 's':
-            if (strcmp(optarg, "int8") == 0) *fmt = K3_SPINE_INT8;
-            else if (strcmp(optarg, "int4") == 0) *fmt = K3_SPINE_INT4;
-            else if (strcmp(optarg, "f32") == 0) *fmt = K3_SPINE_F32;
-            else {
-                fprintf(stderr, "shoal estimate: --spine takes int8, int4 or f32, not '%s'\n",
-                        optarg);
-                return EXIT_USAGE;
-            }
-            break;
-        case 'h': fputs(estimate_help, stdout); return EXIT_OK_;
-        default: fputs(estimate_help, stderr); return EXIT_USAGE;
+    shoal_cli_begin(&p, &cmd_estimate_spec, argc, argv);
+    while ((id = shoal_cli_next(&p, &v)) > 0) {
+        uint64_t *dst = id == O_UPSTREAM ? up_flag : id == O_DISK_BYTES ? disk_bytes : mem_bytes;
+        if (id == O_SPINE) {
+            if (strcmp(v, "int8") == 0) *fmt = K3_SPINE_INT8;
+            else if (strcmp(v, "int4") == 0) *fmt = K3_SPINE_INT4;
+            else if (strcmp(v, "f32") == 0) *fmt = K3_SPINE_F32;
+            else return shoal_cli_bad_value(&p, v, "int8, int4 or f32");
+        } else if (shoal_size_parse(v, dst) != 0 || *dst == 0) {
+            return shoal_cli_bad_value(&p, v, "a size (256M)");
         }
     }
-    if (optind != argc - 1) {
-        fputs(estimate_help, stderr);
-        return EXIT_USAGE;
-    }
+    if (id < 0)
+        return p.exit;
+    if (p.optind != argc - 1)
+        return shoal_cli_usage_error(&cmd_estimate_spec, "give one MODEL");
+    *first = p.optind;
     return -1;
 }
 
@@ -239,16 +239,17 @@ int cmd_estimate(shoal_cli *cli, int argc, char **argv)
     model_shape m;
     struct stat st;
     shoal_err err = { 0, "" };
-    int rc, tmpfs = 0;
+    int rc, tmpfs = 0, first = 0;
     int64_t rn = 0, dn = 0;
     double disk = 0, mem, up = 0, r = 0, d = 0;
     const char *scope = "", *up_from = "the cache's past transfers";
     char a[FMT_MAX], b[FMT_MAX], x[FMT_MAX], y[FMT_MAX], z[FMT_MAX], w[FMT_MAX];
 
-    if ((rc = estimate_args(argc, argv, &up_flag, &disk_bytes, &mem_bytes, &fmt)) >= 0)
+    if ((rc = estimate_args(argc, argv, &up_flag, &disk_bytes, &mem_bytes, &fmt, &first)) >= 0)
         return rc;
     memset(&m, 0, sizeof m);
-    cli_model_spec(argv[optind], m.name, sizeof m.name);
+    if ((rc = cli_model_arg(&cmd_estimate_spec, argv[first], m.name, sizeof m.name)) != 0)
+        return rc;
     if (stat(m.name, &st) == 0 && S_ISDIR(st.st_mode))
         rc = shape_from_dir(m.name, &m, &err);
     else

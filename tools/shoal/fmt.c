@@ -1,6 +1,6 @@
 /* fmt.c — how the CLI prints numbers and tables for people: sizes in
- * binary units, rates, percentages, durations, aligned columns, and the
- * progress bar of `shoal warm --wait`.
+ * binary units, rates, percentages, durations, aligned columns.  (The
+ * progress display is every program's: common/progress.h.)
  */
 #include "tools/shoal/shoal_int.h"
 
@@ -82,27 +82,6 @@ void fmt_kv(FILE *f, int indent, const char *label, const char *fmt, ...)
     vfprintf(f, fmt, ap);
     va_end(ap);
     fputc('\n', f);
-}
-
-void fmt_progress(char *out, size_t cap, uint64_t done, uint64_t total, double rate, int width)
-{
-    char a[FMT_MAX], b[FMT_MAX], r[FMT_MAX], e[FMT_MAX];
-    double frac = total ? (double)done / (double)total : 0.0;
-    char bar[128];
-    int w = width < 10 ? 10 : width > 100 ? 100 : width, fill;
-
-    if (frac > 1.0)
-        frac = 1.0;
-    fill = (int)(frac * w + 0.5);
-    for (int i = 0; i < w; i++)
-        bar[i] = i < fill ? '#' : '.';
-    bar[w] = 0;
-    if (rate > 0 && total > done)
-        fmt_duration((double)(total - done) / rate, e);
-    else
-        snprintf(e, sizeof e, total && done >= total ? "0 s" : "?");
-    snprintf(out, cap, "[%s] %5.1f %%  %s / %s  %s  ETA %s", bar, frac * 100.0,
-             fmt_size(done, a), fmt_size(total, b), fmt_rate(rate, r), e);
 }
 
 /* ---- tables ------------------------------------------------------------------- */

@@ -5,57 +5,61 @@
  */
 #include "tools/shoal/shoal_int.h"
 
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 /* ---- gc ------------------------------------------------------------------------- */
 
-static const char gc_help[] =
-    "usage: shoal gc [--max-size SIZE] [--json]\n"
-    "\n"
-    "Evict the least valuable unpinned objects (the cache's eviction policy:\n"
-    "recency, frequency, per-layer fairness) until the cache holds at most SIZE\n"
-    "(\"500G\", \"1.5TiB\"; default: its budget).  Pinned objects stay.\n";
+enum { O_MAX_SIZE = 1, O_JSON, O_LAYERS };
+
+static const shoal_cli_opt gc_opts[] = {
+    { "max-size", 0, "SIZE", O_MAX_SIZE, "the size to get down to (\"500G\", \"1.5TiB\"; default:\n"
+                                         "the budget)" },
+    { "json", 0, NULL, O_JSON, "the result as JSON (docs/stats-json.md, \"shoal.gc\")" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+const shoal_cli_spec cmd_gc_spec = {
+    .prog = "shoal gc",
+    .synopsis = "shoal gc [--max-size SIZE] [--json]",
+    .about = "Evict the least valuable unpinned objects (the cache's eviction policy:\n"
+             "recency, frequency, per-layer fairness) until the cache holds at most SIZE.\n"
+             "Pinned objects stay.  Through shoald when it runs.",
+    .opts = gc_opts,
+};
 
 int cmd_gc(shoal_cli *cli, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "max-size", required_argument, NULL, 'm' }, { "json", no_argument, NULL, 'j' },
-        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
     uint64_t max = 0;
-    int json = 0, c, rc;
+    int json = 0, id, rc;
     shoal_err err = { 0, "" };
     shoal_client *cl = NULL;
     shoal_buf b;
     shoal_json *j = NULL;
     char x[FMT_MAX], y[FMT_MAX], z[FMT_MAX];
+    const char *v;
+    shoal_cli_parser p;
+    shoal_meter meter;
 
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm':
-            if (shoal_size_parse(optarg, &max) != 0 || max == 0) {
-                fprintf(stderr, "shoal gc: --max-size takes a size such as 500G or 1.5TiB, "
-                        "not '%s'\n", optarg);
-                return EXIT_USAGE;
-            }
-            break;
-        case 'j': json = 1; break;
-        case 'h': fputs(gc_help, stdout); return EXIT_OK_;
-        default: fputs(gc_help, stderr); return EXIT_USAGE;
-        }
+    shoal_cli_begin(&p, &cmd_gc_spec, argc, argv);
+    while ((id = shoal_cli_next(&p, &v)) > 0) {
+        if (id == O_JSON)
+            json = 1;
+        else if (shoal_size_parse(v, &max) != 0 || max == 0)
+            return shoal_cli_bad_value(&p, v, "a size such as 500G or 1.5TiB");
     }
-    if (optind < argc) {
-        fputs(gc_help, stderr);
-        return EXIT_USAGE;
-    }
+    if (id < 0)
+        return p.exit;
+    if (p.optind < argc)
+        return shoal_cli_usage_error(&cmd_gc_spec, "takes no MODEL ('%s')", argv[p.optind]);
+    shoal_meter_init(&meter, stderr, &cli->meter, "gc", SHOAL_METER_BYTES);
     shoal_buf_init(&b, 0);
     rc = cli_connect(cli, &cl, &err);
     if (rc == 0) {
-        shoal_client_on_progress(cl, cli_show_progress, NULL);
+        shoal_client_on_progress(cl, cli_show_progress, &meter);
         rc = shoal_client_gc(cl, max, &b, &err);
-        cli_progress_end();
+        cli_progress_end(&meter);
         shoal_client_close(cl);
     } else if (rc == SHOAL_ENET) {
         cache *ca = NULL;
@@ -90,11 +94,26 @@ int cmd_gc(shoal_cli *cli, int argc, char **argv)
 
 /* ---- pin / unpin ------------------------------------------------------------------- */
 
-static const char pin_help[] =
-    "usage: shoal pin|unpin MODEL [--layers A-B]\n"
-    "\n"
-    "Pin (keep from eviction) or unpin every cached object of MODEL, or only its\n"
-    "experts of layers A..B.  The spine and small files are always pinned.\n";
+static const shoal_cli_opt pin_opts[] = {
+    { "layers", 0, "A-B", O_LAYERS, "only the experts of layers A..B (0-based)" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+const shoal_cli_spec cmd_pin_spec = {
+    .prog = "shoal pin",
+    .synopsis = "shoal pin MODEL [--layers A-B]",
+    .about = "Pin (keep from eviction) every cached object of MODEL, or only its experts of\n"
+             "layers A..B.  The spine and small files are always pinned.",
+    .opts = pin_opts,
+};
+
+const shoal_cli_spec cmd_unpin_spec = {
+    .prog = "shoal unpin",
+    .synopsis = "shoal unpin MODEL [--layers A-B]",
+    .about = "Let the cached objects of MODEL (or its experts of layers A..B) be evicted\n"
+             "again.  The spine and small files stay pinned by kind.",
+    .opts = pin_opts,
+};
 
 /* Keys of the cached objects of a model, from the index, for PIN. */
 typedef struct keyset {
@@ -196,37 +215,30 @@ static int pin_live(const shoal_cli *cli, shoal_client *cl, const char *spec, in
 
 static int pin_cmd(shoal_cli *cli, int argc, char **argv, int on)
 {
-    static const struct option opts[] = {
-        { "layers", required_argument, NULL, 'l' }, { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 } };
+    const shoal_cli_spec *sp = on ? &cmd_pin_spec : &cmd_unpin_spec;
     int32_t lf = -1, ll = -1;
-    int c, rc;
+    int id, rc;
     char spec[SHOAL_PATH_MAX];
     uint64_t changed = 0;
     shoal_err err = { 0, "" };
     shoal_client *cl = NULL;
+    shoal_cli_parser p;
+    const char *v;
 
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'l': {
-            int a, b, n = 0;
-            if (sscanf(optarg, "%d-%d%n", &a, &b, &n) != 2 || optarg[n] || a < 0 || b < a) {
-                fprintf(stderr, "shoal: --layers takes A-B (0-based, A <= B), not '%s'\n", optarg);
-                return EXIT_USAGE;
-            }
-            lf = a;
-            ll = b;
-            break;
-        }
-        case 'h': fputs(pin_help, stdout); return EXIT_OK_;
-        default: fputs(pin_help, stderr); return EXIT_USAGE;
-        }
+    shoal_cli_begin(&p, sp, argc, argv);
+    while ((id = shoal_cli_next(&p, &v)) > 0) {
+        int a, b, n = 0;
+        if (sscanf(v, "%d-%d%n", &a, &b, &n) != 2 || v[n] || a < 0 || b < a)
+            return shoal_cli_bad_value(&p, v, "A-B (0-based, A <= B)");
+        lf = a;
+        ll = b;
     }
-    if (optind != argc - 1) {
-        fputs(pin_help, stderr);
-        return EXIT_USAGE;
-    }
-    cli_model_spec(argv[optind], spec, sizeof spec);
+    if (id < 0)
+        return p.exit;
+    if (p.optind != argc - 1)
+        return shoal_cli_usage_error(sp, "give one MODEL");
+    if ((rc = cli_model_arg(sp, argv[p.optind], spec, sizeof spec)) != 0)
+        return rc;
     rc = cli_connect(cli, &cl, &err);
     if (rc == 0) {
         rc = pin_live(cli, cl, spec, on, lf, ll, &changed, &err);
@@ -250,38 +262,41 @@ int cmd_unpin(shoal_cli *cli, int argc, char **argv) { return pin_cmd(cli, argc,
 
 /* ---- rm ------------------------------------------------------------------------------- */
 
-static const char rm_help[] =
-    "usage: shoal rm MODEL [--json]\n"
-    "\n"
-    "Remove every cached object of MODEL (objects another model also uses stay),\n"
-    "with its records and counters.  shoald must not be running (the protocol has\n"
-    "no remove request): stop it, run `shoal rm`, start it again.\n";
+static const shoal_cli_opt rm_opts[] = {
+    { "json", 0, NULL, O_JSON, "the result as JSON (docs/stats-json.md, \"shoal.rm\")" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+const shoal_cli_spec cmd_rm_spec = {
+    .prog = "shoal rm",
+    .synopsis = "shoal rm MODEL [--json]",
+    .about = "Remove every cached object of MODEL (objects another model also uses stay),\n"
+             "with its records and counters.  shoald must not be running (the protocol has\n"
+             "no remove request): stop it, run `shoal rm`, start it again.",
+    .opts = rm_opts,
+};
 
 int cmd_rm(shoal_cli *cli, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 } };
-    int json = 0, c, rc;
+    int json = 0, id, rc;
     char spec[SHOAL_PATH_MAX], x[FMT_MAX];
     shoal_err err = { 0, "" };
     shoal_client *cl = NULL;
     cache *ca = NULL;
     shoal_buf b;
     shoal_json *j = NULL;
+    shoal_cli_parser p;
+    const char *v;
 
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'j': json = 1; break;
-        case 'h': fputs(rm_help, stdout); return EXIT_OK_;
-        default: fputs(rm_help, stderr); return EXIT_USAGE;
-        }
-    }
-    if (optind != argc - 1) {
-        fputs(rm_help, stderr);
-        return EXIT_USAGE;
-    }
-    cli_model_spec(argv[optind], spec, sizeof spec);
+    shoal_cli_begin(&p, &cmd_rm_spec, argc, argv);
+    while ((id = shoal_cli_next(&p, &v)) > 0)
+        json = 1;
+    if (id < 0)
+        return p.exit;
+    if (p.optind != argc - 1)
+        return shoal_cli_usage_error(&cmd_rm_spec, "give one MODEL");
+    if ((rc = cli_model_arg(&cmd_rm_spec, argv[p.optind], spec, sizeof spec)) != 0)
+        return rc;
     if (cli_connect(cli, &cl, &err) == 0) {
         shoal_client_close(cl);
         fprintf(stderr, "shoal rm: shoald is running on %s; stop it first (the protocol has no "

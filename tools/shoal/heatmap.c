@@ -26,7 +26,6 @@
 #include "tools/shoal/shoal_int.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -487,68 +486,76 @@ static int write_json(const grid *g, const char *source)
 
 /* ---- the command ------------------------------------------------------------------------------ */
 
-static const char heatmap_help[] =
-    "usage: shoal heatmap MODEL -o FILE.svg [--columns N] [--range R]\n"
-    "       shoal heatmap MODEL --ascii [--width N] [--range R]\n"
-    "       shoal heatmap MODEL --json [--columns N]\n"
-    "\n"
-    "Request counts per (layer, expert) — what reached the disk cache — as an SVG\n"
-    "heat map: a row per layer, experts gathered into at most N cells (default 128;\n"
-    "K3's 896 experts: 112 cells of 8), each coloured by its requests per expert over\n"
-    "the layer's mean on a log scale (white = the mean; blue below, red above; R, 4,\n"
-    "is where the scale ends), with axes, a legend and each layer's hit rate.\n"
-    "--ascii draws the same in the terminal (at most --width columns, 96); --json\n"
-    "prints the cells' numbers.  Live from shoald, or from the index.\n";
+enum { O_OUT = 1, O_ASCII, O_WIDTH, O_COLUMNS, O_RANGE, O_JSON };
+
+static const shoal_cli_opt heatmap_opts[] = {
+    { "output", 'o', "FILE.svg", O_OUT, "write the SVG heat map to FILE.svg" },
+    { "ascii", 0, NULL, O_ASCII, "draw it in the terminal instead" },
+    { "json", 0, NULL, O_JSON, "print the cells' numbers as JSON" },
+    { "columns", 0, "N", O_COLUMNS, "at most N cells per layer (8..256, default 128)" },
+    { "width", 0, "N", O_WIDTH, "--ascii: at most N columns (8..400, default 96)" },
+    { "range", 0, "R", O_RANGE, "the colours end at 1/R and R times the layer's mean\n"
+                                "(1.5..1000, default 4)" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+const shoal_cli_spec cmd_heatmap_spec = {
+    .prog = "shoal heatmap",
+    .synopsis = "shoal heatmap MODEL -o FILE.svg [--columns N] [--range R]\n"
+                "shoal heatmap MODEL --ascii [--width N] [--range R]\n"
+                "shoal heatmap MODEL --json [--columns N]",
+    .about = "Request counts per (layer, expert), what reached the disk cache, as an SVG\n"
+             "heat map: a row per layer, experts gathered into at most N cells (K3's 896\n"
+             "experts: 112 cells of 8), each coloured by its requests per expert over the\n"
+             "layer's mean on a log scale (white = the mean; blue below, red above), with\n"
+             "axes, a legend and each layer's hit rate.  Live from shoald, or from the index.",
+    .opts = heatmap_opts,
+};
 
 int cmd_heatmap(shoal_cli *cli, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "output", required_argument, NULL, 'o' }, { "ascii", no_argument, NULL, 'a' },
-        { "width", required_argument, NULL, 'W' }, { "columns", required_argument, NULL, 'C' },
-        { "range", required_argument, NULL, 'R' }, { "json", no_argument, NULL, 'j' },
-        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
-    const char *out = NULL;
-    int ascii = 0, json = 0, c, rc, live = 0;
+    const char *out = NULL, *v;
+    int ascii = 0, json = 0, id, rc, live = 0;
     long width = 96, columns = 128;
     double range = 4.0;
     char spec[SHOAL_PATH_MAX], *end;
     shoal_err err = { 0, "" };
     shoal_json *j = NULL;
     grid g;
+    shoal_cli_parser p;
 
     memset(&g, 0, sizeof g);
-    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
-        switch (c) {
-        case 'o': out = optarg; break;
-        case 'a': ascii = 1; break;
-        case 'j': json = 1; break;
-        case 'W': case 'C': {
-            long v = strtol(optarg, &end, 10);
-            if (*end || v < 8 || v > (c == 'W' ? 400 : MAX_COLUMNS)) {
-                fprintf(stderr, "shoal heatmap: --%s takes 8..%d columns\n",
-                        c == 'W' ? "width" : "columns", c == 'W' ? 400 : MAX_COLUMNS);
-                return EXIT_USAGE;
-            }
-            *(c == 'W' ? &width : &columns) = v;
+    shoal_cli_begin(&p, &cmd_heatmap_spec, argc, argv);
+    while ((id = shoal_cli_next(&p, &v)) > 0) {
+        switch (id) {
+        case O_OUT:   out = v; break;
+        case O_ASCII: ascii = 1; break;
+        case O_JSON:  json = 1; break;
+        case O_WIDTH: case O_COLUMNS: {
+            long n;
+            if (shoal_long_parse(v, 8, id == O_WIDTH ? 400 : MAX_COLUMNS, &n) != 0)
+                return shoal_cli_bad_value(&p, v, id == O_WIDTH ? "8..400 columns"
+                                                               : "8..256 cells");
+            *(id == O_WIDTH ? &width : &columns) = n;
             break;
         }
-        case 'R':
-            range = strtod(optarg, &end);
-            if (*end || !(range >= 1.5 && range <= 1000)) {
-                fprintf(stderr, "shoal heatmap: --range takes a ratio 1.5..1000 (4: the colours "
-                        "end at 1/4 and 4 times the layer's mean)\n");
-                return EXIT_USAGE;
-            }
+        case O_RANGE:
+            range = strtod(v, &end);
+            if (*end || end == v || !(range >= 1.5 && range <= 1000))
+                return shoal_cli_bad_value(&p, v, "a ratio 1.5..1000 (4: the colours end at 1/4 "
+                                           "and 4 times the layer's mean)");
             break;
-        case 'h': fputs(heatmap_help, stdout); return EXIT_OK_;
-        default: fputs(heatmap_help, stderr); return EXIT_USAGE;
         }
     }
-    if (optind != argc - 1 || (!out && !ascii && !json) || (json && ascii)) {
-        fputs(heatmap_help, stderr);
-        return EXIT_USAGE;
-    }
-    cli_model_spec(argv[optind], spec, sizeof spec);
+    if (id < 0)
+        return p.exit;
+    if (p.optind != argc - 1)
+        return shoal_cli_usage_error(&cmd_heatmap_spec, "give one MODEL");
+    if ((!out && !ascii && !json) || (json && ascii))
+        return shoal_cli_usage_error(&cmd_heatmap_spec, "give one of -o FILE.svg, --ascii or "
+                                     "--json (-o may go with either)");
+    if ((rc = cli_model_arg(&cmd_heatmap_spec, argv[p.optind], spec, sizeof spec)) != 0)
+        return rc;
     g.range = range;
     rc = stats_fetch(cli, spec, CACHE_REPORT_BY_EXPERT, &j, &live, &err);
     if (rc == 0)

@@ -4,18 +4,24 @@
  */
 #include "tools/shoal/shoal_int.h"
 
-#include <getopt.h>
 #include <string.h>
 
-static const char ls_help[] =
-    "usage: shoal ls [MODEL] [--json]\n"
-    "\n"
-    "Models in the cache: revision, commit, cached bytes and objects, coverage\n"
-    "(experts cached of the model's total; whether the spine is complete —\n"
-    "known once the model's manifest is cached).  Reads the index read-only.\n"
-    "\n"
-    "  MODEL    only models matching hf://org/name[@rev], org/name[@rev] or DIR\n"
-    "  --json   as JSON (docs/stats-json.md, \"shoal.models\")\n";
+enum { O_JSON = 1 };
+
+static const shoal_cli_opt ls_opts[] = {
+    { "json", 0, NULL, O_JSON, "as JSON (docs/stats-json.md, \"shoal.models\")" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+const shoal_cli_spec cmd_ls_spec = {
+    .prog = "shoal ls",
+    .synopsis = "shoal ls [MODEL] [--json]",
+    .about = "Models in the cache: revision, commit, cached bytes and objects, coverage\n"
+             "(experts cached of the model's total; whether the spine is complete,\n"
+             "known once the model's manifest is cached).  Reads the index read-only.\n"
+             "MODEL: only models matching hf://org/name[@rev], org/name[@rev] or DIR.",
+    .opts = ls_opts,
+};
 
 static void print_models(const shoal_json *j)
 {
@@ -54,30 +60,26 @@ static void print_models(const shoal_json *j)
 
 int cmd_ls(shoal_cli *cli, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 } };
-    int json = 0, c, rc;
+    int json = 0, id, rc;
     char spec[SHOAL_PATH_MAX];
-    const char *model = NULL;
+    const char *model = NULL, *v;
     shoal_err err = { 0, "" };
     cache *ca = NULL;
     shoal_buf b;
     shoal_json *j = NULL;
+    shoal_cli_parser p;
 
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'j': json = 1; break;
-        case 'h': fputs(ls_help, stdout); return EXIT_OK_;
-        default: fputs(ls_help, stderr); return EXIT_USAGE;
-        }
-    }
-    if (optind < argc - 1) {
-        fputs(ls_help, stderr);
-        return EXIT_USAGE;
-    }
-    if (optind < argc) {
-        cli_model_spec(argv[optind], spec, sizeof spec);
+    shoal_cli_begin(&p, &cmd_ls_spec, argc, argv);
+    while ((id = shoal_cli_next(&p, &v)) > 0)
+        if (id == O_JSON)
+            json = 1;
+    if (id < 0)
+        return p.exit;
+    if (p.optind < argc - 1)
+        return shoal_cli_usage_error(&cmd_ls_spec, "one MODEL at most");
+    if (p.optind < argc) {
+        if ((rc = cli_model_arg(&cmd_ls_spec, argv[p.optind], spec, sizeof spec)) != 0)
+            return rc;
         model = spec;
     }
     shoal_buf_init(&b, 0);

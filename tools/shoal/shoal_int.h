@@ -4,7 +4,7 @@
  *   main.c      global flags, dispatch, help, exit codes
  *   conn.c      reaching shoald (or learning it is not running), opening
  *               the cache read-only or as the writer when it is not
- *   fmt.c       sizes, rates, durations, tables, the progress bar
+ *   fmt.c       sizes, rates, durations, tables
  *   stats.c     shoal stats (and the JSON reading helpers)
  *   ls.c        shoal ls
  *   warm.c      shoal warm
@@ -27,21 +27,25 @@
 
 #include "cache/cache.h"
 #include "common/buf.h"
+#include "common/cli.h"
 #include "common/client.h"
 #include "common/err.h"
 #include "common/json.h"
 #include "common/path.h"
+#include "common/progress.h"
 
-/* Exit codes (docs/cli.md). */
+/* Exit codes: every shoal program's (common/cli.h, docs/cli.md). */
 enum {
-    EXIT_OK_ = 0,
-    EXIT_FAIL = 1,         /* the command failed; the message says why */
-    EXIT_USAGE = 2,        /* bad flags or arguments */
-    EXIT_NODAEMON = 3,     /* the command needs shoald and it is not running */
-    EXIT_NOTFOUND = 4,     /* no such model in the cache / no cache at all */
-    EXIT_DAMAGED = 5,      /* verify found bad objects or files */
-    EXIT_BUSY = 6,         /* shoald runs and cannot do this: stop it first */
-    EXIT_DETACHED = 130    /* Ctrl-C: stopped waiting (a warm job goes on) */
+    EXIT_OK_ = SHOAL_EXIT_OK,
+    EXIT_FAIL = SHOAL_EXIT_FAIL,         /* the command failed; the message says why */
+    EXIT_USAGE = SHOAL_EXIT_USAGE,       /* bad flags or arguments */
+    EXIT_NODAEMON = SHOAL_EXIT_NODAEMON, /* the command needs shoald and it is not running */
+    EXIT_NOTFOUND = SHOAL_EXIT_NOTFOUND, /* no such model in the cache / no cache at all */
+    EXIT_DAMAGED = SHOAL_EXIT_DAMAGED,   /* verify found bad objects or files */
+    EXIT_BUSY = SHOAL_EXIT_BUSY,         /* shoald runs and cannot do this: stop it first */
+    EXIT_UPSTREAM = SHOAL_EXIT_UPSTREAM, /* the Hub failed or refused */
+    EXIT_NOSPACE = SHOAL_EXIT_NOSPACE,   /* the budget or the disk is full */
+    EXIT_DETACHED = SHOAL_EXIT_INTERRUPTED   /* Ctrl-C: stopped waiting (a warm job goes on) */
 };
 
 typedef struct shoal_cli {
@@ -49,6 +53,7 @@ typedef struct shoal_cli {
     const char *socket_path;   /* --socket, or NULL: home/shoald.sock */
     int  tty;                  /* stdout is a terminal */
     int  verbose;
+    shoal_meter_cfg meter;     /* progress: NO_COLOR, HF_HUB_DISABLE_PROGRESS_BARS, --quiet */
     /* the environment doctor reads (main.c captures it; NULL when unset) */
     const char *hf_endpoint;   /* $HF_ENDPOINT */
     const char *hf_offline;    /* $HF_HUB_OFFLINE */
@@ -89,8 +94,6 @@ const char *fmt_time(int64_t wall_ms, char *out);      /* local "YYYY-MM-DD HH:M
 /* "label ......... value" with the value column at `col`. */
 void fmt_kv(FILE *f, int indent, const char *label, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* One progress line without newline: bar, percent, bytes, rate, ETA. */
-void fmt_progress(char *out, size_t cap, uint64_t done, uint64_t total, double rate, int width);
 
 typedef struct fmt_table fmt_table;
 /* align: one char per column, 'l' or 'r'. */
@@ -111,9 +114,11 @@ int stats_fetch(const shoal_cli *cli, const char *spec, cache_report_by by, shoa
 /* The model's display name "repo@revision". */
 void stats_model_name(const shoal_json *m, char *out, size_t cap);
 
-/* ---- verify.c: a long call's PROGRESS on a terminal (stderr) ---- */
+/* ---- verify.c: a long call's PROGRESS frames on stderr ---- */
+/* shoal_client_on_progress's callback; ctx: a shoal_meter. */
 void cli_show_progress(const shoal_progress *p, void *ctx);
-void cli_progress_end(void);   /* clear the line */
+/* The call ended: blank a terminal's line before the result. */
+void cli_progress_end(shoal_meter *m);
 
 /* ---- commands: each returns an exit code ---- */
 int cmd_stats(shoal_cli *cli, int argc, char **argv);
@@ -134,7 +139,15 @@ int cmd_doctor(shoal_cli *cli, int argc, char **argv);
  * *tmpfs set when dir is on tmpfs.  The file is unlinked at once. */
 int cli_measure_disk(const char *dir, uint64_t bytes, double *rate, int *tmpfs, shoal_err *err);
 
-/* 1 if argv has -h/--help (then the command prints its help). */
-int cli_wants_help(int argc, char **argv);
+/* A MODEL argument checked (hf://org/name[@rev], org/name[@rev] or a
+ * directory) and put in the daemon's and index's form (cli_model_spec):
+ * 0, or EXIT_USAGE after saying it is malformed (main.c). */
+int cli_model_arg(const shoal_cli_spec *spec, const char *arg, char *out, size_t cap);
+
+/* Each command's option table (for its parsing, and for shoal's man page
+ * and completion: main.c lists them). */
+extern const shoal_cli_spec cmd_stats_spec, cmd_ls_spec, cmd_warm_spec, cmd_verify_spec,
+    cmd_gc_spec, cmd_pin_spec, cmd_unpin_spec, cmd_rm_spec, cmd_heatmap_spec, cmd_estimate_spec,
+    cmd_doctor_spec;
 
 #endif

@@ -7,7 +7,6 @@
  */
 #include "tools/shoal/shoal_int.h"
 
-#include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -503,65 +502,65 @@ static void stats_print(FILE *f, const shoal_json *j, cache_report_by by, int li
 static volatile sig_atomic_t stop_watch;
 static void on_sigint(int sig) { (void)sig; stop_watch = 1; }
 
-static const char stats_help[] =
-    "usage: shoal stats [MODEL] [--by layer|expert|session] [--json] [--watch [--interval S]]\n"
-    "\n"
-    "Hit rates of every tier (the engines' RAM, this disk cache, upstream), bytes\n"
-    "fetched and served, disk use against the budget, per-model and per-layer hit\n"
-    "rates and recent sessions.  Live from shoald when it runs; otherwise read from\n"
-    "the cache index (read-only; the output says which).\n"
-    "\n"
-    "  MODEL          hf://org/name[@rev], org/name[@rev] or a model directory\n"
-    "  --by layer     every layer's hit rates (default: lowest and highest only)\n"
-    "  --by expert    the hottest experts\n"
-    "  --by session   every session, not only the 10 most recent\n"
-    "  --json         the report as JSON (schema: docs/stats-json.md)\n"
-    "  --watch        redraw every --interval seconds (default 2) until Ctrl-C\n";
+enum { O_BY = 1, O_JSON, O_WATCH, O_INTERVAL };
+
+static const shoal_cli_opt stats_opts[] = {
+    { "by", 0, "layer|expert|session", O_BY, "layer: every layer's hit rates (default: lowest and\n"
+                                              "highest only); expert: the hottest experts;\n"
+                                              "session: every session, not only the 10 most recent" },
+    { "json", 0, NULL, O_JSON, "the report as JSON (schema: docs/stats-json.md)" },
+    { "watch", 0, NULL, O_WATCH, "redraw every --interval seconds until Ctrl-C" },
+    { "interval", 0, "S", O_INTERVAL, "seconds between --watch redraws (default 2)" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+const shoal_cli_spec cmd_stats_spec = {
+    .prog = "shoal stats",
+    .synopsis = "shoal stats [MODEL] [--by layer|expert|session] [--json] [--watch [--interval S]]",
+    .about = "Hit rates of every tier (the engines' RAM, this disk cache, upstream), bytes\n"
+             "fetched and served, disk use against the budget, per-model and per-layer hit\n"
+             "rates and recent sessions.  Live from shoald when it runs; otherwise read from\n"
+             "the cache index (read-only; the output says which).  MODEL: hf://org/name[@rev],\n"
+             "org/name[@rev] or a model directory.",
+    .opts = stats_opts,
+};
 
 int cmd_stats(shoal_cli *cli, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "by", required_argument, NULL, 'b' }, { "json", no_argument, NULL, 'j' },
-        { "watch", no_argument, NULL, 'w' }, { "interval", required_argument, NULL, 'i' },
-        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
     cache_report_by by = CACHE_REPORT_BY_NONE;
-    int json = 0, watch = 0, live = 0, rc, c;
+    int json = 0, watch = 0, live = 0, rc, id;
     double interval = 2.0;
     char spec[SHOAL_PATH_MAX], *end;
-    const char *model = NULL;
+    const char *model = NULL, *v;
     shoal_err err = { 0, "" };
     shoal_client *conn = NULL;
+    shoal_cli_parser p;
 
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'b':
-            if (!strcmp(optarg, "layer")) by = CACHE_REPORT_BY_LAYER;
-            else if (!strcmp(optarg, "expert")) by = CACHE_REPORT_BY_EXPERT;
-            else if (!strcmp(optarg, "session")) by = CACHE_REPORT_BY_SESSION;
-            else {
-                fprintf(stderr, "shoal stats: --by takes layer, expert or session, not '%s'\n", optarg);
-                return EXIT_USAGE;
-            }
+    shoal_cli_begin(&p, &cmd_stats_spec, argc, argv);
+    while ((id = shoal_cli_next(&p, &v)) > 0) {
+        switch (id) {
+        case O_BY:
+            if (!strcmp(v, "layer")) by = CACHE_REPORT_BY_LAYER;
+            else if (!strcmp(v, "expert")) by = CACHE_REPORT_BY_EXPERT;
+            else if (!strcmp(v, "session")) by = CACHE_REPORT_BY_SESSION;
+            else return shoal_cli_bad_value(&p, v, "layer, expert or session");
             break;
-        case 'j': json = 1; break;
-        case 'w': watch = 1; break;
-        case 'i':
-            interval = strtod(optarg, &end);
-            if (*end || interval < 0.1) {
-                fprintf(stderr, "shoal stats: --interval takes seconds >= 0.1\n");
-                return EXIT_USAGE;
-            }
+        case O_JSON:  json = 1; break;
+        case O_WATCH: watch = 1; break;
+        case O_INTERVAL:
+            interval = strtod(v, &end);
+            if (*end || end == v || !(interval >= 0.1 && interval <= 86400))
+                return shoal_cli_bad_value(&p, v, "seconds, 0.1 or more");
             break;
-        case 'h': fputs(stats_help, stdout); return EXIT_OK_;
-        default: fputs(stats_help, stderr); return EXIT_USAGE;
         }
     }
-    if (optind < argc - 1) {
-        fputs(stats_help, stderr);
-        return EXIT_USAGE;
-    }
-    if (optind < argc) {
-        cli_model_spec(argv[optind], spec, sizeof spec);
+    if (id < 0)
+        return p.exit;
+    if (p.optind < argc - 1)
+        return shoal_cli_usage_error(&cmd_stats_spec, "one MODEL at most");
+    if (p.optind < argc) {
+        if ((rc = cli_model_arg(&cmd_stats_spec, argv[p.optind], spec, sizeof spec)) != 0)
+            return rc;
         model = spec;
     }
     if (watch)

@@ -7,41 +7,41 @@
  */
 #include "tools/shoal/shoal_int.h"
 
-#include <getopt.h>
 #include <string.h>
 #include <unistd.h>
 
-/* PROGRESS frames of a long call, as one line on stderr when it is a
- * terminal (stdout stays the result's: --json). */
+/* PROGRESS frames of a long call on stderr through the shared display
+ * (stdout stays the result's: --json). */
 void cli_show_progress(const shoal_progress *p, void *ctx)
 {
-    char line[256];
-    (void)ctx;
-    if (!isatty(STDERR_FILENO))
-        return;
-    fmt_progress(line, sizeof line, p->done, p->total, 0.0, 30);
-    fprintf(stderr, "\r%-7s %s\033[K", p->phase, line);
-    fflush(stderr);
+    shoal_meter_update(ctx, p->phase, p->done, p->total, NULL);
 }
 
-void cli_progress_end(void)
+void cli_progress_end(shoal_meter *m)
 {
-    if (isatty(STDERR_FILENO))
-        fputs("\r\033[K", stderr);
+    shoal_meter_clear(m);
 }
 
-static const char verify_help[] =
-    "usage: shoal verify [MODEL] [--deep] [--json]\n"
-    "\n"
-    "Recompute the XXH3-128 checksum of every cached object (of MODEL, or all):\n"
-    "each object still has the bytes it had when it was stored; a bad one is\n"
-    "removed, so it is fetched again when next asked for.\n"
-    "  --deep   also hash every file whose every byte is cached (a shard: its\n"
-    "           header, kept at OPEN, and all its tensors) and compare it with its\n"
-    "           etag (sha256 for LFS files, the git blob id for small files): the\n"
-    "           bytes are the ones upstream published.  A mismatch names the file.\n"
-    "  --json   the result as JSON (docs/stats-json.md, \"shoal.verify\")\n"
-    "Exit status 5 when anything was bad.  Through shoald when it runs.\n";
+enum { O_DEEP = 1, O_JSON };
+
+static const shoal_cli_opt verify_opts[] = {
+    { "deep", 0, NULL, O_DEEP, "also hash every file whose every byte is cached (a shard: its\n"
+                               "header, kept at OPEN, and all its tensors) and compare it with its\n"
+                               "etag (sha256 for LFS files, the git blob id for small files): the\n"
+                               "bytes are the ones upstream published.  A mismatch names the file." },
+    { "json", 0, NULL, O_JSON, "the result as JSON (docs/stats-json.md, \"shoal.verify\")" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+const shoal_cli_spec cmd_verify_spec = {
+    .prog = "shoal verify",
+    .synopsis = "shoal verify [MODEL] [--deep] [--json]",
+    .about = "Recompute the XXH3-128 checksum of every cached object (of MODEL, or all):\n"
+             "each object still has the bytes it had when it was stored; a bad one is\n"
+             "removed, so it is fetched again when next asked for.  Exit status 5 when\n"
+             "anything was bad.  Through shoald when it runs.",
+    .opts = verify_opts,
+};
 
 static int print_result(const shoal_json *j, int json)
 {
@@ -110,36 +110,33 @@ static int deep_here(const shoal_cli *cli, const char *spec, shoal_json *j, shoa
 
 int cmd_verify(shoal_cli *cli, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "deep", no_argument, NULL, 'd' }, { "json", no_argument, NULL, 'j' },
-        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
-    int deep = 0, json = 0, c, rc;
+    int deep = 0, json = 0, id, rc;
     char spec[SHOAL_PATH_MAX] = "";
+    const char *v;
     shoal_err err = { 0, "" };
     shoal_client *cl = NULL;
     shoal_buf b;
     shoal_json *j = NULL;
+    shoal_cli_parser p;
+    shoal_meter meter;
 
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd': deep = 1; break;
-        case 'j': json = 1; break;
-        case 'h': fputs(verify_help, stdout); return EXIT_OK_;
-        default: fputs(verify_help, stderr); return EXIT_USAGE;
-        }
-    }
-    if (optind < argc - 1) {
-        fputs(verify_help, stderr);
-        return EXIT_USAGE;
-    }
-    if (optind < argc)
-        cli_model_spec(argv[optind], spec, sizeof spec);
+    shoal_cli_begin(&p, &cmd_verify_spec, argc, argv);
+    while ((id = shoal_cli_next(&p, &v)) > 0)
+        *(id == O_DEEP ? &deep : &json) = 1;
+    if (id < 0)
+        return p.exit;
+    if (p.optind < argc - 1)
+        return shoal_cli_usage_error(&cmd_verify_spec, "one MODEL at most");
+    if (p.optind < argc &&
+        (rc = cli_model_arg(&cmd_verify_spec, argv[p.optind], spec, sizeof spec)) != 0)
+        return rc;
+    shoal_meter_init(&meter, stderr, &cli->meter, "verify", SHOAL_METER_BYTES);
     shoal_buf_init(&b, 0);
     rc = cli_connect(cli, &cl, &err);
     if (rc == 0) {
-        shoal_client_on_progress(cl, cli_show_progress, NULL);
+        shoal_client_on_progress(cl, cli_show_progress, &meter);
         rc = shoal_client_verify(cl, spec, deep, &b, &err);
-        cli_progress_end();
+        cli_progress_end(&meter);
         shoal_client_close(cl);
     } else if (rc == SHOAL_ENET) {
         cache *ca = NULL;

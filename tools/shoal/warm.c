@@ -1,10 +1,11 @@
 /* warm.c — `shoal warm`: start a warm job in shoald and, with --wait,
- * follow it with a live progress bar (bytes, rate, ETA).  Ctrl-C stops
+ * follow it with the shared progress display on stderr (common/progress.h:
+ * bytes, rate, ETA; a bar on a terminal, a line every few seconds
+ * otherwise).  Ctrl-C stops
  * following, not the job: it belongs to shoald.
  */
 #include "tools/shoal/shoal_int.h"
 
-#include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,28 +17,36 @@
 #define WARM_MAX_JOBS 2
 #define POLL_MS 250
 
-static const char warm_help[] =
-    "usage: shoal warm MODEL [--spine] [--experts all|top:N|layers:A-B] [--fit] [--dry-run]\n"
-    "                  [--wait]\n"
-    "       shoal warm --job ID [--wait]\n"
-    "\n"
-    "Start a warm job in shoald: it fetches into the cache in the background, after\n"
-    "what engines ask for.  Without --spine or --experts: everything.  Each job is\n"
-    "planned against the budget first and the plan printed: what is cached, what it\n"
-    "fetches, what would not fit, what it evicts.  A selection that does not fit is\n"
-    "refused (exit 1, nothing fetched) unless --fit.\n"
-    "  --spine            the spine (every non-expert tensor) and small files; with\n"
-    "                     the int8 pack cached, the BF16 matrices it replaces are left out\n"
-    "  --experts all      every routed expert\n"
-    "  --experts top:N    the N experts asked for most (by the cache's counters)\n"
-    "  --experts layers:A-B   every expert of layers A..B (0-based)\n"
-    "  --fit              warm the part that fits the budget, hottest experts first\n"
-    "                     (the spine is never trimmed: it fits whole or is refused)\n"
-    "  --dry-run          print the plan and start nothing\n"
-    "  --wait             follow the job: progress bar, rate, ETA.  Ctrl-C stops\n"
-    "                     following; the job keeps going in shoald (exit 130)\n"
-    "  --job ID           follow a job started earlier\n"
-    "Needs shoald (exit 3 when it is not running).\n";
+enum { O_SPINE = 1, O_EXPERTS, O_WAIT, O_JOB, O_FIT, O_DRY };
+
+static const shoal_cli_opt warm_opts[] = {
+    { "spine", 0, NULL, O_SPINE, "the spine (every non-expert tensor) and small files; with\n"
+                                 "the int8 pack cached, the BF16 matrices it replaces are left out" },
+    { "experts", 0, "all|top:N|layers:A-B", O_EXPERTS,
+      "every routed expert; the N experts asked for most (by the\n"
+      "cache's counters); every expert of layers A..B (0-based)" },
+    { "fit", 0, NULL, O_FIT, "warm the part that fits the budget, hottest experts first\n"
+                             "(the spine is never trimmed: it fits whole or is refused)" },
+    { "dry-run", 0, NULL, O_DRY, "print the plan and start nothing" },
+    { "wait", 0, NULL, O_WAIT, "follow the job: progress, rate, ETA.  Ctrl-C stops\n"
+                               "following; the job keeps going in shoald (exit 130)" },
+    { "job", 0, "ID", O_JOB, "follow a job started earlier" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+const shoal_cli_spec cmd_warm_spec = {
+    .prog = "shoal warm",
+    .synopsis = "shoal warm MODEL [--spine] [--experts all|top:N|layers:A-B] [--fit] [--dry-run] "
+                "[--wait]\n"
+                "shoal warm --job ID [--wait]",
+    .about = "Start a warm job in shoald: it fetches into the cache in the background, after\n"
+             "what engines ask for.  Without --spine or --experts: everything.  Each job is\n"
+             "planned against the budget first and the plan printed: what is cached, what it\n"
+             "fetches, what would not fit, what it evicts.  A selection that does not fit is\n"
+             "refused (nothing fetched) unless --fit.  Needs shoald (exit 3 when it is not\n"
+             "running).",
+    .opts = warm_opts,
+};
 
 static volatile sig_atomic_t interrupted;
 static void on_sigint(int sig) { (void)sig; interrupted = 1; }
@@ -71,45 +80,28 @@ static int parse_experts(const char *s, int *sel, uint32_t *a, uint32_t *b)
 typedef struct follow {
     uint64_t jobs[WARM_MAX_JOBS];
     int      njobs;
-    /* rate over a sliding window of samples */
-    uint64_t t_ns[16], bytes[16];
-    int      ns, head;
 } follow;
-
-static double sample_rate(follow *f, uint64_t now, uint64_t bytes)
-{
-    int i = f->head;
-    f->t_ns[i] = now;
-    f->bytes[i] = bytes;
-    f->head = (f->head + 1) % 16;
-    if (f->ns < 16)
-        f->ns++;
-    int oldest = (f->head - f->ns + 16) % 16;
-    double dt = (double)(now - f->t_ns[oldest]) / 1e9;
-    return dt > 0 ? (double)(bytes - f->bytes[oldest]) / dt : 0.0;
-}
 
 static int follow_jobs(const shoal_cli *cli, shoal_client *cl, follow *f)
 {
     shoal_err err = { 0, "" };
-    uint64_t last_print = 0;
     struct sigaction sa;
-    int width = 30;
+    shoal_meter meter;
 
+    shoal_meter_init(&meter, stderr, &cli->meter, "warm", SHOAL_METER_BYTES);
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, NULL);
     for (;;) {
         shoal_job_status st[WARM_MAX_JOBS];
-        uint64_t done = 0, total = 0, now = shoal_now_ns();
+        uint64_t done = 0, total = 0;
         uint32_t od = 0, ot = 0, errors = 0;
         int finished = 1, failed = -1, rc;
-        char line[256];
+        char extra[96];
 
         for (int i = 0; i < f->njobs; i++) {
             if ((rc = shoal_client_job(cl, f->jobs[i], &st[i], &err)) != 0) {
-                if (cli->tty)
-                    fputc('\n', stdout);
+                shoal_meter_clear(&meter);
                 return cli_fail(rc, &err);
             }
             done += st[i].bytes_done;
@@ -121,19 +113,10 @@ static int follow_jobs(const shoal_cli *cli, shoal_client *cl, follow *f)
             if (st[i].state >= 3)
                 failed = i;
         }
-        double rate = sample_rate(f, now, done);
-        fmt_progress(line, sizeof line, done, total, rate, width);
-        if (cli->tty) {
-            printf("\r%s  %u/%u objects%s\033[K", line, od, ot, errors ? " (errors)" : "");
-            fflush(stdout);
-        } else if (finished || now - last_print >= 1000000000ull) {
-            printf("%s  %u/%u objects\n", line, od, ot);
-            fflush(stdout);
-            last_print = now;
-        }
+        snprintf(extra, sizeof extra, "%u/%u objects%s", od, ot, errors ? " (errors)" : "");
+        shoal_meter_update(&meter, NULL, done, total, extra);
         if (finished) {
-            if (cli->tty)
-                fputc('\n', stdout);
+            shoal_meter_end(&meter, extra);
             if (failed >= 0) {
                 fprintf(stderr, "shoal warm: job %llu %s: %s\n", (unsigned long long)f->jobs[failed],
                         state_names[st[failed].state < 5 ? st[failed].state : 3],
@@ -150,8 +133,7 @@ static int follow_jobs(const shoal_cli *cli, shoal_client *cl, follow *f)
         if (interrupted)
             break;
     }
-    if (cli->tty)
-        fputc('\n', stdout);
+    shoal_meter_end(&meter, NULL);
     for (int i = 0; i < f->njobs; i++)
         printf("Detached: warm job %llu keeps running in shoald (`shoal warm --job %llu --wait` "
                "follows it again)\n", (unsigned long long)f->jobs[i],
@@ -247,12 +229,7 @@ static int warm_selections(shoal_client *cl, uint32_t handle, const int *sel, co
 
 int cmd_warm(shoal_cli *cli, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "spine", no_argument, NULL, 's' }, { "experts", required_argument, NULL, 'e' },
-        { "wait", no_argument, NULL, 'w' }, { "job", required_argument, NULL, 'J' },
-        { "fit", no_argument, NULL, 'f' }, { "dry-run", no_argument, NULL, 'n' },
-        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 } };
-    int spine = 0, experts = 0, wait = 0, fit = 0, dry = 0, c, rc, sel = SHOAL_WARM_ALL;
+    int spine = 0, experts = 0, wait = 0, fit = 0, dry = 0, id, rc, sel = SHOAL_WARM_ALL;
     uint32_t a = 0, b = 0;
     uint64_t job = 0;
     char spec[SHOAL_PATH_MAX], *end;
@@ -260,36 +237,36 @@ int cmd_warm(shoal_cli *cli, int argc, char **argv)
     shoal_client *cl = NULL;
     shoal_model_info mi;
     follow f;
+    shoal_cli_parser p;
+    const char *v;
 
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 's': spine = 1; break;
-        case 'e':
-            if (parse_experts(optarg, &sel, &a, &b) != 0) {
-                fprintf(stderr, "shoal warm: --experts takes all, top:N or layers:A-B, not '%s'\n",
-                        optarg);
-                return EXIT_USAGE;
-            }
+    shoal_cli_begin(&p, &cmd_warm_spec, argc, argv);
+    while ((id = shoal_cli_next(&p, &v)) > 0) {
+        switch (id) {
+        case O_SPINE: spine = 1; break;
+        case O_EXPERTS:
+            if (parse_experts(v, &sel, &a, &b) != 0)
+                return shoal_cli_bad_value(&p, v, "all, top:N or layers:A-B");
             experts = 1;
             break;
-        case 'w': wait = 1; break;
-        case 'f': fit = SHOAL_WARM_F_FIT; break;
-        case 'n': dry = 1; break;
-        case 'J':
-            job = strtoull(optarg, &end, 10);
-            if (*end || !job) {
-                fprintf(stderr, "shoal warm: --job takes the job id warm printed\n");
-                return EXIT_USAGE;
-            }
+        case O_WAIT: wait = 1; break;
+        case O_FIT:  fit = SHOAL_WARM_F_FIT; break;
+        case O_DRY:  dry = 1; break;
+        case O_JOB:
+            job = strtoull(v, &end, 10);
+            if (*end || !job)
+                return shoal_cli_bad_value(&p, v, "the job id warm printed");
             break;
-        case 'h': fputs(warm_help, stdout); return EXIT_OK_;
-        default: fputs(warm_help, stderr); return EXIT_USAGE;
         }
     }
-    if ((job && optind != argc) || (!job && optind != argc - 1) || (job && (fit || dry))) {
-        fputs(warm_help, stderr);
-        return EXIT_USAGE;
-    }
+    if (id < 0)
+        return p.exit;
+    if (job && (p.optind != argc || fit || dry))
+        return shoal_cli_usage_error(&cmd_warm_spec, "--job ID takes only --wait");
+    if (!job && p.optind != argc - 1)
+        return shoal_cli_usage_error(&cmd_warm_spec, "give one MODEL (or --job ID)");
+    if (!job && (rc = cli_model_arg(&cmd_warm_spec, argv[p.optind], spec, sizeof spec)) != 0)
+        return rc;
     memset(&f, 0, sizeof f);
     if ((rc = cli_connect(cli, &cl, &err)) != 0) {
         if (rc == SHOAL_ENET)
@@ -301,7 +278,6 @@ int cmd_warm(shoal_cli *cli, int argc, char **argv)
     if (job) {
         f.jobs[f.njobs++] = job;
     } else {
-        cli_model_spec(argv[optind], spec, sizeof spec);
         memset(&mi, 0, sizeof mi);
         mi.manifest_fd = -1;
         rc = shoal_client_open(cl, spec, &mi, &err);

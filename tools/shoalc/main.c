@@ -12,6 +12,7 @@
  * clients waiting while it does something else.  The CLI users run is
  * `shoal`; this is for tests, the demo and benchmarks.
  */
+#include "common/cli.h"
 #include "common/client.h"
 #include "common/json.h"
 #include "common/manifest.h"
@@ -31,35 +32,54 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-"usage: shoalc [--home DIR | --socket PATH] COMMAND ...\n"
-"\n"
-"  get MODEL KEY...      KEY: L:E (expert), t:NAME (spine tensor), f:PATH (file)\n"
-"  random MODEL N        N random experts (--seed S)\n"
-"  warm MODEL all|spine|layers:A-B|top:N|L:E,L:E...   [--wait]\n"
-"  job ID | stats [MODEL] | verify [MODEL] [--shallow] | gc SIZE | report JSON\n"
-"  pin MODEL KEY... | unpin MODEL KEY...\n"
-"  open MODEL            OPEN alone: prints the time it took and its progress\n"
-"  put MODEL NAME FILE   store FILE as a derived object (PUT; --begin: PUT_BEGIN,\n"
-"                        write, PUT_COMMIT; --abort: PUT_BEGIN then abandon;\n"
-"                        --leave-after-begin: PUT_BEGIN, half the bytes, exit;\n"
-"                        --bad-hash: announce a hash the bytes do not have)\n"
-"  ping                  STATS every --interval MS (default 50) until SIGTERM or\n"
-"                        --seconds S; prints \"pings N p50_ms A p99_ms B max_ms C\"\n"
-"  --progress            print each PROGRESS frame (\"progress PHASE DONE/TOTAL\")\n"
-"\n"
-"get/random options:\n"
-"  --prefetch            priority prefetch (default demand)\n"
-"  --batch N             keys per GET (default 1024)\n"
-"  --check DIR           compare every item with the model directory\n"
-"  --quiet               no line per item, only the summary\n"
-"  --disconnect-after K  close the connection after K items (tests)\n"
-"  --cancel              send CANCEL right after each GET (with --prefetch)\n"
-"\n"
-"Summary line: \"hits H misses M joins J errors E bytes B checked C\".\n");
-}
+enum {
+    OPT_HOME = 1, OPT_SOCKET, OPT_PREFETCH, OPT_WAIT, OPT_CANCEL, OPT_QUIET, OPT_SHALLOW,
+    OPT_PROGRESS, OPT_BEGIN, OPT_ABORT, OPT_LEAVE, OPT_BAD_HASH, OPT_INTERVAL, OPT_SECONDS,
+    OPT_QUERY, OPT_TIMEOUT, OPT_CHECK, OPT_BATCH, OPT_SEED, OPT_DISCONNECT,
+};
+
+static const shoal_cli_opt OPTS[] = {
+    { "home", 0, "DIR", OPT_HOME, "shoald's cache directory (its socket: DIR/shoald.sock)" },
+    { "socket", 0, "PATH", OPT_SOCKET, "shoald's socket" },
+    { "progress", 0, NULL, OPT_PROGRESS, "print each PROGRESS frame (\"progress PHASE DONE/TOTAL\")" },
+    { "timeout", 0, "MS", OPT_TIMEOUT, "give up on an answer after MS ms" },
+    { "prefetch", 0, NULL, OPT_PREFETCH, "get/random: priority prefetch (default demand)" },
+    { "batch", 0, "N", OPT_BATCH, "get/random: keys per GET (default 1024)" },
+    { "check", 0, "DIR", OPT_CHECK, "get/random: compare every item with the model directory" },
+    { "quiet", 'q', NULL, OPT_QUIET, "get/random: no line per item, only the summary" },
+    { "disconnect-after", 0, "K", OPT_DISCONNECT, "get/random: close the connection after K items" },
+    { "cancel", 0, NULL, OPT_CANCEL, "get/random: send CANCEL right after each GET" },
+    { "seed", 0, "S", OPT_SEED, "random: the seed (default 1)" },
+    { "wait", 0, NULL, OPT_WAIT, "warm: wait for the job to end" },
+    { "shallow", 0, NULL, OPT_SHALLOW, "verify: objects only, not whole files" },
+    { "begin", 0, NULL, OPT_BEGIN, "put: PUT_BEGIN, write, PUT_COMMIT" },
+    { "abort", 0, NULL, OPT_ABORT, "put: PUT_BEGIN then abandon" },
+    { "leave-after-begin", 0, NULL, OPT_LEAVE, "put: PUT_BEGIN, half the bytes, exit" },
+    { "bad-hash", 0, NULL, OPT_BAD_HASH, "put: announce a hash the bytes do not have" },
+    { "interval", 0, "MS", OPT_INTERVAL, "ping: STATS every MS (default 50)" },
+    { "seconds", 0, "S", OPT_SECONDS, "ping: stop after S seconds (default: at SIGTERM)" },
+    { "query", 0, "JSON", OPT_QUERY, "ping: the STATS query" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+static const shoal_cli_spec SPEC = {
+    .prog = "shoalc",
+    .summary = "a test and development client of shoald",
+    .synopsis = "shoalc [--home DIR | --socket PATH] [options] COMMAND ...",
+    .about = "Speaks to shoald through common/client.h as an engine does.  The CLI users run\n"
+             "is shoal(1); this is for tests, the demo and benchmarks.  Commands:\n"
+             "  get MODEL KEY...      KEY: L:E (expert), t:NAME (spine tensor), f:PATH (file)\n"
+             "  random MODEL N        N random experts (--seed S)\n"
+             "  warm MODEL all|spine|layers:A-B|top:N   [--wait]\n"
+             "  job ID | stats [MODEL] | verify [MODEL] [--shallow] | gc SIZE | report JSON\n"
+             "  pin MODEL KEY... | unpin MODEL KEY...\n"
+             "  open MODEL            OPEN alone: prints the time it took\n"
+             "  put MODEL NAME FILE   store FILE as a derived object (PUT)\n"
+             "  ping                  STATS every --interval MS until SIGTERM or --seconds S;\n"
+             "                        prints \"pings N p50_ms A p99_ms B max_ms C\"\n"
+             "Summary line of get/random: \"hits H misses M joins J errors E bytes B checked C\".",
+    .opts = OPTS,
+};
 
 typedef struct run {
     shoal_client *c;
@@ -584,8 +604,8 @@ static int command(run *r, const char **args, int nargs, shoal_err *err)
     } else if (strcmp(args[0], "report") == 0 && nargs == 2) {
         rc = shoal_client_report(r->c, args[1], err);
     } else {
-        usage(stderr);
-        rc = 2;
+        rc = shoal_cli_usage_error(&SPEC, "no command '%s' with %d argument%s", args[0], nargs - 1,
+                                   nargs == 2 ? "" : "s");
     }
     return rc;
 }
@@ -595,8 +615,10 @@ int main(int argc, char **argv)
     shoal_client_opts co = { 0 };
     shoal_err err = { 0 };
     run r = { 0 };
-    const char *args[4096];
-    int nargs = 0, rc;
+    const char *args[4096], *val;
+    int nargs = 0, rc, id;
+    long n;
+    shoal_cli_parser p;
     char home[SHOAL_PATH_MAX];
     shoal_env env;
 
@@ -606,63 +628,47 @@ int main(int argc, char **argv)
     r.seed = 1;
     shoal_buf_init(&r.out, 0);
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int more = i + 1 < argc;
-        if (strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--home") == 0 && more) {
-            co.home = argv[++i];
-        } else if (strcmp(a, "--socket") == 0 && more) {
-            co.socket_path = argv[++i];
-        } else if (strcmp(a, "--prefetch") == 0) {
-            r.prio = 1;
-        } else if (strcmp(a, "--wait") == 0) {
-            r.wait = 1;
-        } else if (strcmp(a, "--cancel") == 0) {
-            r.cancel = 1;
-        } else if (strcmp(a, "--quiet") == 0) {
-            r.quiet = 1;
-        } else if (strcmp(a, "--shallow") == 0) {
-            r.shallow = 1;
-        } else if (strcmp(a, "--progress") == 0) {
-            r.progress = 1;
-        } else if (strcmp(a, "--begin") == 0) {
-            r.put_mode = 1;
-        } else if (strcmp(a, "--abort") == 0) {
-            r.put_mode = 2;
-        } else if (strcmp(a, "--leave-after-begin") == 0) {
-            r.put_mode = 3;
-        } else if (strcmp(a, "--bad-hash") == 0) {
-            r.bad_hash = 1;
-        } else if (strcmp(a, "--interval") == 0 && more) {
-            r.interval_ms = strtol(argv[++i], NULL, 10);
-        } else if (strcmp(a, "--seconds") == 0 && more) {
-            r.seconds = strtol(argv[++i], NULL, 10);
-        } else if (strcmp(a, "--query") == 0 && more) {
-            r.query = argv[++i];
-        } else if (strcmp(a, "--timeout") == 0 && more) {
-            co.call_timeout_ms = (int)strtol(argv[++i], NULL, 10);
-        } else if (strcmp(a, "--check") == 0 && more) {
-            r.check_dir = argv[++i];
-        } else if (strcmp(a, "--batch") == 0 && more) {
-            r.batch = strtoul(argv[++i], NULL, 10);
-        } else if (strcmp(a, "--seed") == 0 && more) {
-            r.seed = strtoul(argv[++i], NULL, 10);
-        } else if (strcmp(a, "--disconnect-after") == 0 && more) {
-            r.disconnect_after = strtol(argv[++i], NULL, 10);
-        } else if (a[0] == '-' && a[1] == '-') {
-            fprintf(stderr, "shoalc: unknown option %s\n", a);
-            return 2;
-        } else if (nargs < (int)(sizeof args / sizeof args[0])) {
-            args[nargs++] = a;
+    shoal_cli_begin(&p, &SPEC, argc, argv);
+    while ((id = shoal_cli_next(&p, &val)) > 0) {
+        switch (id) {
+        case OPT_HOME:     co.home = val; break;
+        case OPT_SOCKET:   co.socket_path = val; break;
+        case OPT_PREFETCH: r.prio = 1; break;
+        case OPT_WAIT:     r.wait = 1; break;
+        case OPT_CANCEL:   r.cancel = 1; break;
+        case OPT_QUIET:    r.quiet = 1; break;
+        case OPT_SHALLOW:  r.shallow = 1; break;
+        case OPT_PROGRESS: r.progress = 1; break;
+        case OPT_BEGIN:    r.put_mode = 1; break;
+        case OPT_ABORT:    r.put_mode = 2; break;
+        case OPT_LEAVE:    r.put_mode = 3; break;
+        case OPT_BAD_HASH: r.bad_hash = 1; break;
+        case OPT_QUERY:    r.query = val; break;
+        case OPT_CHECK:    r.check_dir = val; break;
+        default:
+            if (shoal_long_parse(val, id == OPT_DISCONNECT || id == OPT_SEED ? 0 : 1,
+                                 id == OPT_BATCH ? SHOAL_PROTO_MAX_KEYS : 2000000000L, &n) != 0)
+                return shoal_cli_bad_value(&p, val, id == OPT_BATCH ? "1..1024 keys" : NULL);
+            if (id == OPT_INTERVAL)
+                r.interval_ms = n;
+            else if (id == OPT_SECONDS)
+                r.seconds = n;
+            else if (id == OPT_TIMEOUT)
+                co.call_timeout_ms = (int)n;
+            else if (id == OPT_BATCH)
+                r.batch = (size_t)n;
+            else if (id == OPT_SEED)
+                r.seed = (unsigned long)n;
+            else
+                r.disconnect_after = n;
         }
     }
-    if (nargs < 1 || r.batch == 0 || r.batch > SHOAL_PROTO_MAX_KEYS) {
-        usage(stderr);
-        return 2;
-    }
+    if (id < 0)
+        return p.exit;
+    for (int i = p.optind; i < argc && nargs < (int)(sizeof args / sizeof args[0]); i++)
+        args[nargs++] = argv[i];
+    if (nargs < 1)
+        return shoal_cli_usage_error(&SPEC, "give a COMMAND");
     if (!co.home && !co.socket_path) {
         shoal_env_capture(&env);
         if (shoal_home_resolve(&env, NULL, home, sizeof home, &err) != 0) {
@@ -675,7 +681,7 @@ int main(int argc, char **argv)
     rc = shoal_client_connect(&co, &r.c, &err);
     if (rc) {
         fprintf(stderr, "shoalc: %s\n", err.msg);
-        return 1;
+        return rc == SHOAL_ENET ? SHOAL_EXIT_NODAEMON : SHOAL_EXIT_FAIL;
     }
     rc = command(&r, args, nargs, &err);
     if (rc == 1)   /* --disconnect-after: leave without waiting */

@@ -6,24 +6,36 @@
  * line per tensor in file order:  NAME DTYPE [D0,D1,...] BEGIN END
  * with absolute byte offsets [BEGIN, END).  --json prints one JSON object
  * instead.  A header the strict parser refuses is reported on stderr with
- * exit status 1 (2 for usage errors).  Owns only the command line; parsing
- * is common/safetensors.h.
+ * exit status 5 (2 for usage errors; docs/cli.md).  Owns only the command
+ * line; parsing is common/safetensors.h.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "common/buf.h"
+#include "common/cli.h"
 #include "common/err.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/safetensors.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: stinfo FILE.safetensors [--json]\n"
-               "List every tensor (name dtype shape begin end, absolute offsets) of a\n"
-               "safetensors file after strict validation of its header.\n");
-}
+enum { OPT_JSON = 1 };
+
+static const shoal_cli_opt OPTS[] = {
+    { "json", 0, NULL, OPT_JSON, "one JSON object instead of the text listing" },
+    { NULL, 0, NULL, 0, NULL },
+};
+
+static const shoal_cli_spec SPEC = {
+    .prog = "stinfo",
+    .summary = "list the tensors of a safetensors file",
+    .synopsis = "stinfo [--json] FILE.safetensors",
+    .about = "List every tensor of a safetensors file (name, dtype, shape, begin, end: absolute\n"
+             "byte offsets) after strict validation of its header.  Text: comment lines\n"
+             "starting with '#' (sizes, metadata), then one line per tensor in file order.",
+    .opts = OPTS,
+    .notes = "A header the strict parser refuses exits 5, a file that cannot be read 4 or 1.",
+};
 
 static void print_text(const char *path, const st_file *f)
 {
@@ -101,38 +113,32 @@ static int print_json(const char *path, const st_file *f)
 
 int main(int argc, char **argv)
 {
-    const char *path = NULL;
-    int json = 0, rc;
+    const char *path, *val;
+    int json = 0, rc, id;
     st_file *f = NULL;
     shoal_err err = { 0 };
+    shoal_cli_parser p;
 
     shoal_log_setup("stinfo", SHOAL_LOG_WARN, NULL);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) {
+    shoal_cli_begin(&p, &SPEC, argc, argv);
+    while ((id = shoal_cli_next(&p, &val)) > 0)
+        if (id == OPT_JSON)
             json = 1;
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (argv[i][0] == '-' || path) {
-            usage(stderr);
-            return 2;
-        } else {
-            path = argv[i];
-        }
-    }
-    if (!path) {
-        usage(stderr);
-        return 2;
-    }
+    if (id < 0)
+        return p.exit;
+    if (argc - p.optind != 1)
+        return shoal_cli_usage_error(&SPEC, "give one FILE.safetensors");
+    path = argv[p.optind];
     if ((rc = st_read_file(path, &f, &err))) {
         fprintf(stderr, "stinfo: %s (%s)\n", err.msg, shoal_err_name(rc));
-        return 1;
+        return rc == SHOAL_EFORMAT || rc == SHOAL_ECORRUPT || rc == SHOAL_ERANGE ||
+               rc == SHOAL_ETOOBIG ? SHOAL_EXIT_DAMAGED : shoal_exit_for(rc);
     }
     rc = json ? print_json(path, f) : (print_text(path, f), 0);
     st_free(f);
     if (rc) {
         fprintf(stderr, "stinfo: %s\n", shoal_strerror(rc));
-        return 1;
+        return SHOAL_EXIT_FAIL;
     }
-    return fflush(stdout) == 0 ? 0 : 1;
+    return fflush(stdout) == 0 ? SHOAL_EXIT_OK : SHOAL_EXIT_FAIL;
 }
