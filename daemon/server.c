@@ -9,6 +9,7 @@
  */
 #include "daemon/daemon_int.h"
 #include "common/log.h"
+#include "common/platform.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -25,7 +26,7 @@ static int socket_alive(const char *path)
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
     int fd, alive;
 
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    fd = shoal_socket(AF_UNIX, SOCK_STREAM, 0, 0);
     if (fd < 0)
         return 0;
     memcpy(sa.sun_path, path, strlen(path) + 1);
@@ -39,7 +40,7 @@ static void server_on_accept(evutil_socket_t lfd, short what, void *arg)
     shoald *d = arg;
     (void)what;
     for (int i = 0; i < 64; i++) {
-        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = shoal_accept(lfd, SHOAL_FD_NONBLOCK);
         if (fd < 0) {
             if (errno == EINTR)
                 continue;
@@ -76,7 +77,7 @@ int server_listen(shoald *d, shoal_err *err)
             return shoal_err_set(err, shoal_err_from_errno(errno), "remove stale socket %s: %s",
                                  path, strerror(errno));
     }
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    fd = shoal_socket(AF_UNIX, SOCK_STREAM, 0, SHOAL_FD_NONBLOCK);
     if (fd < 0)
         return shoal_err_set(err, shoal_err_from_errno(errno), "socket: %s", strerror(errno));
     memcpy(sa.sun_path, path, strlen(path) + 1);
