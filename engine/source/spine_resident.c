@@ -59,7 +59,7 @@ static void *res_main(void *arg)
             break;
         b1 = j->len - b0 > RES_PART ? b0 + RES_PART : j->len;
         if (j->map) {
-            if (madvise(j->buf + b0, b1 - b0, MADV_POPULATE_READ) != 0) {
+            if (shoal_populate_read(j->buf + b0, b1 - b0) != 0) {
                 volatile const uint8_t *q = j->buf;   /* kernels before 5.14 */
                 uint8_t sum = 0;
                 for (size_t i = b0; i < b1; i += 4096)
@@ -148,8 +148,8 @@ int spine_resident_read(int fd, uint64_t off, uint64_t len, spine_load_mode mode
         return shoal_err_set(err, SHOAL_ENOMEM, "spine pack: no memory for %llu bytes (the "
                              "plan counted them: is something else holding memory?)",
                              (unsigned long long)len);
-    (void)madvise(buf, buflen, MADV_HUGEPAGE);     /* a hint: small pages work too */
-    j.fd = shoal_fd_reopen(fd, O_RDONLY | O_DIRECT);
+    shoal_hugepage_hint(buf, buflen);     /* a hint: small pages work too */
+    j.fd = shoal_fd_open_uncached(fd);
     j.direct = j.fd >= 0;
     if (!j.direct)
         j.fd = fd;
@@ -164,7 +164,7 @@ int spine_resident_read(int fd, uint64_t off, uint64_t len, spine_load_mode mode
     if (j.direct)
         close(j.fd);
     else        /* buffered reads left the pack in the page cache: a second copy */
-        posix_fadvise(fd, (off_t)start, (off_t)blocks, POSIX_FADV_DONTNEED);
+        shoal_cache_drop(fd, (off_t)start, (off_t)blocks);
     if (rc != 0) {
         free(buf);
         return shoal_err_set(err, SHOAL_EIO, "spine pack: reading %llu bytes failed",
