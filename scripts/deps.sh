@@ -48,7 +48,9 @@ done
 
 # ---- macOS: Homebrew ----------------------------------------------------------
 if [ "$(uname -s)" = Darwin ]; then
-    BREW_PKGS=(pkg-config curl sqlite libevent jansson pcre2 cmocka xxhash openssl@3 python numpy)
+    # bash 4+ and the GNU tools: the integration scripts use them (docs/macos.md)
+    BREW_PKGS=(pkg-config curl sqlite libevent jansson pcre2 cmocka xxhash openssl@3 python numpy
+               bash coreutils gnu-sed grep findutils)
     command -v brew >/dev/null || { echo "deps: install Homebrew first (https://brew.sh), then run this again" >&2; exit 1; }
     if [ "$mode" = --check ]; then
         PKG_CONFIG_PATH=$(for k in openssl@3 sqlite curl libevent; do printf '%s:' "$(brew --prefix)/opt/$k/lib/pkgconfig"; done)${PKG_CONFIG_PATH:-}
