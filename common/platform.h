@@ -72,8 +72,8 @@ int shoal_fd_reopen(int fd, int flags);
 #else
 #define SHOAL_PLATFORM_LINUX 0
 #endif
-/* "linux", "linux-portable", "macos" or "posix": said by --version lines
- * and `shoal doctor`. */
+/* "linux", "linux-portable", "macos" or "posix": which paths this build
+ * takes, for messages and tests. */
 const char *shoal_platform_name(void);
 
 /* ---- files ------------------------------------------------------------------ */
