@@ -7,7 +7,8 @@
  * each matrix's weights and then its scales at a multiple of
  * PLAN_STREAM_ALIGN (plan_stream_mat_bytes), the file's pages dropped
  * after each layer so the page cache holds no second copy.  Then two
- * buffers of the largest region (2 MiB-aligned anonymous memory) and one
+ * buffers of the largest region (anonymous memory in huge pages from 2 MiB
+ * on: plan_stream_buffer_bytes) and one
  * reader thread: when layer L is bound to one buffer, layer L+1 (after the
  * last, the first streamed layer of the next token) is read into the other
  * with O_DIRECT while L computes — the experts' approach, one layer ahead.
@@ -226,12 +227,14 @@ int spine_stream_seal(spine_stream *s, shoal_err *err)
     if (ftruncate(s->fd, (off_t)s->pos) != 0)
         return shoal_err_set(err, SHOAL_EIO, "streamed spine: %s", strerror(errno));
     s->st.file_bytes = s->pos;
-    s->st.buffer_bytes = 2 * up(s->slot_cap, ST_ALIGN);
+    size_t bytes = (size_t)plan_stream_buffer_bytes(s->slot_cap);
+    s->st.buffer_bytes = 2 * bytes;
     for (int i = 0; i < 2; i++) {
-        if (posix_memalign(&b, ST_ALIGN, up(s->slot_cap, ST_ALIGN)) != 0)
+        if (posix_memalign(&b, bytes >= ST_ALIGN ? ST_ALIGN : 4096, bytes) != 0)
             return shoal_err_set(err, SHOAL_ENOMEM, "streamed spine: no memory for a buffer of "
                                  "%zu bytes (the plan counted two)", s->slot_cap);
-        (void)madvise(b, up(s->slot_cap, ST_ALIGN), MADV_HUGEPAGE);
+        if (bytes >= ST_ALIGN)
+            (void)madvise(b, bytes, MADV_HUGEPAGE);
         s->slot[i] = b;
     }
     s->rfd = shoal_fd_reopen(s->fd, O_RDONLY | O_DIRECT);

@@ -196,7 +196,7 @@ uint64_t plan_stream_layer_bytes(const k3_config *c, k3_spine_mode mode, int lay
 
 /* The spine's bytes with layers [j, n) streamed: *resident (with the
  * vectors), *streamed, *buffers (two of the largest streamed layer's
- * region, each in whole 2 MiB pages as spine_stream.c allocates them). */
+ * region, each as plan_stream_buffer_bytes rounds it). */
 static void stream_split(const k3_config *c, const k3_spine_sizes *sz, const stream_walk *w,
                          int j, uint64_t *resident, uint64_t *streamed, uint64_t *buffers)
 {
@@ -212,7 +212,13 @@ static void stream_split(const k3_config *c, const k3_spine_sizes *sz, const str
     }
     *resident = res;
     *streamed = st;
-    *buffers = 2 * ((big + PLAN_HUGE_PAGE - 1) / PLAN_HUGE_PAGE * PLAN_HUGE_PAGE);
+    *buffers = 2 * plan_stream_buffer_bytes(big);
+}
+
+uint64_t plan_stream_buffer_bytes(uint64_t region)
+{
+    uint64_t a = region >= PLAN_HUGE_PAGE ? PLAN_HUGE_PAGE : 4096;
+    return (region + a - 1) / a * a;
 }
 
 /* The floor: the fewest leading layers to keep whole so that the streamed

@@ -133,6 +133,9 @@ uint64_t plan_scratch_bytes(const k3_config *c, size_t chunk, int threads);
 int plan_part_streamed(k3_part part);
 uint64_t plan_stream_mat_bytes(k3_fmt fmt, uint64_t rows, uint64_t cols);
 uint64_t plan_stream_layer_bytes(const k3_config *c, k3_spine_mode mode, int layer);
+/* One of the two buffers for a region of `region` bytes: whole 2 MiB
+ * (huge) pages from 2 MiB on, whole 4 KiB pages below. */
+uint64_t plan_stream_buffer_bytes(uint64_t region);
 
 /* The plan as one block of text lines, each starting with "plan: ". */
 void plan_print(const plan *p, const k3_config *c, FILE *f);
