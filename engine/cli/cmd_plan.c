@@ -91,9 +91,6 @@ int engine_cmd_plan(int argc, char **argv)
         shoal_buf_free(&b);
     } else {
         plan_print(&pl, &cfg, stdout);
-        if (pl.verdict == PLAN_STREAMED && engine_remote_is_spec(p.c.model))
-            printf("plan: (through shoald the spine is not streamed yet: such a run is "
-                   "refused; a model directory runs it)\n");
     }
     if (rc != 0 && pl.verdict == PLAN_REFUSED)
         fprintf(stderr, "plan: %s\n", err.msg);

@@ -253,6 +253,15 @@ void engine_model_free(engine_model *m);
 int engine_model_layer_ready(const engine_model *m, int layer, shoal_err *err);
 void engine_model_stream_stats(const engine_model *m, engine_stream_stats *out);
 
+/* A model bound from a spine pack (opt.pack) held in one anonymous buffer
+ * at `pack`, pack[0] at file offset file_off of fd: layers [first, n)
+ * are streamed in place (their bytes never read at load; each pass reads
+ * them with O_DIRECT where the pack keeps them and releases them after;
+ * their routers are copied out now).  *resident_end: the pack offset where
+ * the streamed part begins (the caller reads the pack before it). */
+int engine_model_stream_pack(engine_model *m, int first, int fd, uint64_t file_off,
+                             uint8_t *pack, uint64_t *resident_end, shoal_err *err);
+
 /* One tensor handed in already in memory (a spine object mapped from
  * shoald's cache).  name without the "language_model." prefix; dtype the
  * safetensors name ("BF16"); data stays valid until `release` runs. */

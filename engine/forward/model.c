@@ -857,6 +857,71 @@ int engine_model_layer_ready(const engine_model *m, int layer, shoal_err *err)
     return m->priv ? spine_stream_ready(m->priv->stream, layer, err) : 0;
 }
 
+/* The bytes matrix x spans (weights and scales). */
+static void mat_span(const engine_mat *x, const uint8_t **lo, const uint8_t **hi)
+{
+    const uint8_t *w, *sc = NULL;
+    size_t wb, sb = 0;
+    if (x->q8.q) {
+        w = (const uint8_t *)x->q8.q, sc = (const uint8_t *)x->q8.scale;
+        wb = x->rows * x->cols, sb = x->rows * 4;
+    } else if (x->q4.packed) {
+        w = x->q4.packed, sc = x->q4.scale;
+        wb = kernels_q4_packed_bytes(x->rows, x->cols), sb = kernels_q4_scale_bytes(x->rows, x->cols);
+    } else {
+        w = (const uint8_t *)x->f32.w, wb = x->rows * x->cols * 4;
+    }
+    *lo = sc && sc < w ? sc : w;
+    *hi = sc && sc + sb > w + wb ? sc + sb : w + wb;
+}
+
+int engine_model_stream_pack(engine_model *m, int first, int fd, uint64_t file_off,
+                             uint8_t *pack, uint64_t *resident_end, shoal_err *err)
+{
+    struct engine_model_priv *p = m->priv;
+    int n = (int)m->cfg.n_layers, rc;
+    uint8_t **lo = calloc((size_t)n, sizeof *lo), **hi = calloc((size_t)n, sizeof *hi);
+
+    if (!lo || !hi) {
+        free(lo);
+        free(hi);
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    }
+    *resident_end = UINT64_MAX;
+    for (size_t i = 0; i < p->n_mats; i++) {          /* every matrix as the pack bound it */
+        const char *nm = p->mats[i].name;
+        const uint8_t *a, *b;
+        char *end;
+        long l;
+        if (strncmp(nm, "model.layers.", 13) != 0)
+            continue;
+        l = strtol(nm + 13, &end, 10);
+        if (l < first || l >= n)
+            continue;
+        mat_span(&p->mats[i].mat, &a, &b);
+        if (!lo[l] || a < lo[l])
+            lo[l] = (uint8_t *)a;
+        if (!hi[l] || b > hi[l])
+            hi[l] = (uint8_t *)b;
+        if ((uint64_t)(a - pack) < *resident_end)
+            *resident_end = (uint64_t)(a - pack);
+    }
+    rc = 0;
+    for (int l = first; l < n && rc == 0; l++)
+        if (!lo[l])
+            rc = shoal_err_set(err, SHOAL_EINTERNAL, "streamed spine: layer %d has no matrix", l);
+    if (rc == 0)
+        rc = spine_stream_inplace(fd, file_off, pack, n, first, lo, hi, &p->stream, err);
+    for (int l = first; l < n && rc == 0; l++)       /* the lookahead reads routers ahead */
+        if (m->layers[l].info.moe)
+            rc = spine_stream_keep(p->stream, &m->layers[l].moe.gate, file_off, pack, err);
+    free(lo);
+    free(hi);
+    if (rc == 0)
+        p->stream_first = first;
+    return rc;
+}
+
 void engine_model_stream_stats(const engine_model *m, engine_stream_stats *out)
 {
     memset(out, 0, sizeof *out);

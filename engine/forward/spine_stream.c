@@ -16,6 +16,13 @@
  * sync_reads).  Where O_DIRECT is refused (tmpfs) the reads are buffered
  * and the pages dropped after each.
  *
+ * In place (a spine pack held in one anonymous buffer, remote.c): the
+ * pack's streamed layers are never read at load; each pass reads layer
+ * L+1's bytes (O_DIRECT, from the pack's file in shoald's cache) where the
+ * pack keeps them while layer L runs, and releases layer L-1's whole pages
+ * (MADV_DONTNEED): no pointer moves but the routers', copied out first
+ * (the lookahead reads the next layer's router during this one).
+ *
  * Owns: the file, the buffers, the thread.  The matrices stay the model's:
  * only their pointers are rebound.
  */
@@ -45,7 +52,11 @@ typedef struct stream_ref {
 
 typedef struct stream_layer {
     uint64_t off, len;           /* the region: file offset, bytes (4 KiB multiples) */
+    uint64_t need;               /* of them, up to its last byte (the file may end before len) */
     size_t ref0, nref;
+    uint8_t *place;              /* in place: where the region is read to */
+    uint8_t *drop0, *drop1;      /* in place: its whole pages, released after it ran */
+    int loaded;                  /* in place: its bytes are there */
 } stream_layer;
 
 struct spine_stream {
@@ -63,6 +74,9 @@ struct spine_stream {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int busy, busy_layer, busy_slot, quit, read_rc;
+    int inplace, bound;          /* a pack read in place (no buffers); the layer bound last */
+    void **keeps;                /* in place: the routers' copies */
+    size_t nkeeps;
     engine_stream_stats st;
 };
 
@@ -130,7 +144,7 @@ static void layer_close(spine_stream *s)
         return;
     l = &s->layers[s->cur];
     s->pos = up(s->pos, 4096);
-    l->len = s->pos - l->off;
+    l->len = l->need = s->pos - l->off;
     if (l->len > s->slot_cap)
         s->slot_cap = l->len;
     (void)fdatasync(s->fd);
@@ -175,16 +189,20 @@ int spine_stream_put(spine_stream *s, int layer, engine_mat *dst, k3_fmt fmt, co
     return 0;
 }
 
-/* Read layer's region into slot; 0 or an error code. */
+/* Read layer's region into slot (in place: into its place); 0 or an
+ * error code. */
 static int region_read(spine_stream *s, int layer, int slot)
 {
     const stream_layer *l = &s->layers[layer];
+    uint8_t *dst = s->inplace ? l->place : s->slot[slot];
     size_t got = 0;
 
     while (got < l->len) {
-        ssize_t r = pread(s->rfd, s->slot[slot] + got, l->len - got, (off_t)(l->off + got));
+        ssize_t r = pread(s->rfd, dst + got, l->len - got, (off_t)(l->off + got));
         if (r < 0 && errno == EINTR)
             continue;
+        if (r == 0 && got >= l->need)
+            break;                       /* the pack's last layer: the file ends in its block */
         if (r <= 0)
             return SHOAL_EIO;
         got += (size_t)r;
@@ -207,7 +225,10 @@ static void *reader_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         int rc = region_read(s, layer, slot);
         pthread_mutex_lock(&s->mu);
-        s->slot_layer[slot] = rc == 0 ? layer : -1;
+        if (s->inplace)
+            s->layers[layer].loaded = rc == 0;
+        else
+            s->slot_layer[slot] = rc == 0 ? layer : -1;
         s->read_rc = rc;
         s->st.reads++;
         s->st.bytes += rc == 0 ? s->layers[layer].len : 0;
@@ -271,6 +292,47 @@ static void layer_bind(spine_stream *s, int layer, int slot)
     }
 }
 
+/* In place: layer's bytes read where the pack keeps them, the layer
+ * bound before it released (its whole pages), the next one read ahead. */
+static int ready_inplace(spine_stream *s, int layer)
+{
+    uint64_t t0 = shoal_now_ns();
+    stream_layer *l = &s->layers[layer];
+    int next, rc = 0;
+
+    pthread_mutex_lock(&s->mu);
+    while (s->busy && s->busy_layer == layer)
+        pthread_cond_wait(&s->cv, &s->mu);
+    if (!l->loaded) {
+        while (s->busy)
+            pthread_cond_wait(&s->cv, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+        rc = region_read(s, layer, 0);
+        pthread_mutex_lock(&s->mu);
+        s->st.reads++;
+        s->st.sync_reads++;
+        s->st.bytes += rc == 0 ? l->len : 0;
+        l->loaded = rc == 0;
+    }
+    s->st.wait_ns += shoal_now_ns() - t0;
+    if (s->bound >= s->first && s->bound != layer && s->layers[s->bound].loaded) {
+        stream_layer *b = &s->layers[s->bound];
+        if (b->drop1 > b->drop0)
+            (void)madvise(b->drop0, (size_t)(b->drop1 - b->drop0), MADV_DONTNEED);
+        b->loaded = 0;
+    }
+    s->bound = layer;
+    next = layer + 1 < s->n ? layer + 1 : s->first;
+    if (rc == 0 && next != layer && !s->layers[next].loaded && !s->busy) {
+        s->busy = 1;
+        s->busy_layer = next;
+        s->busy_slot = 0;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 int spine_stream_ready(spine_stream *s, int layer, shoal_err *err)
 {
     uint64_t t0;
@@ -278,6 +340,12 @@ int spine_stream_ready(spine_stream *s, int layer, shoal_err *err)
 
     if (!s || layer < s->first || layer >= s->n)
         return 0;
+    if (s->inplace) {
+        if (ready_inplace(s, layer) != 0)
+            return shoal_err_set(err, SHOAL_EIO, "reading layer %d of the streamed spine "
+                                 "(in the pack) failed", layer);
+        return 0;
+    }
     t0 = shoal_now_ns();
     pthread_mutex_lock(&s->mu);
     while (s->busy && s->busy_layer == layer)
@@ -317,6 +385,101 @@ int spine_stream_ready(spine_stream *s, int layer, shoal_err *err)
     return 0;
 }
 
+int spine_stream_inplace(int fd, uint64_t file_off, uint8_t *pack, int n_layers, int first,
+                         uint8_t *const *lo, uint8_t *const *hi, spine_stream **out,
+                         shoal_err *err)
+{
+    spine_stream *s = calloc(1, sizeof *s);
+
+    *out = NULL;
+    if (!s || !(s->layers = calloc((size_t)n_layers, sizeof *s->layers))) {
+        free(s);
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    }
+    s->inplace = 1;
+    s->n = n_layers;
+    s->first = s->st.first_layer = first;
+    s->bound = -1;
+    s->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    s->rfd = -1;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    for (int i = first; i < n_layers; i++) {
+        stream_layer *l = &s->layers[i];
+        uint64_t a = file_off + (uint64_t)(lo[i] - pack), b = file_off + (uint64_t)(hi[i] - pack);
+        uint64_t a0 = a / 4096 * 4096, b1 = up(b, 4096);
+        l->off = a0;
+        l->len = b1 - a0;
+        l->need = b - a0;
+        l->place = pack + (a0 - file_off);
+        l->drop0 = pack + (up(a, 4096) - file_off);
+        l->drop1 = pack + (b / 4096 * 4096 - file_off);
+        if (l->len > s->slot_cap)
+            s->slot_cap = l->len;
+    }
+    s->st.file_bytes = 0;
+    s->st.buffer_bytes = 2 * s->slot_cap;
+    if (s->fd < 0) {
+        spine_stream_free(s);
+        return shoal_err_set(err, SHOAL_EIO, "streamed spine: %s", strerror(errno));
+    }
+    s->rfd = shoal_fd_reopen(s->fd, O_RDONLY | O_DIRECT);
+    s->direct = s->rfd >= 0;
+    if (!s->direct)
+        s->rfd = s->fd;
+    s->st.direct = s->direct;
+    if (pthread_create(&s->th, NULL, reader_main, s) != 0) {
+        spine_stream_free(s);
+        return shoal_err_set(err, SHOAL_ENOMEM, "streamed spine: cannot start its reader");
+    }
+    s->th_up = 1;
+    *out = s;
+    return 0;
+}
+
+int spine_stream_keep(spine_stream *s, engine_mat *m, uint64_t file_off, const uint8_t *pack,
+                      shoal_err *err)
+{
+    const uint8_t *w = m->q8.q ? (const uint8_t *)m->q8.q : m->q4.packed ? m->q4.packed
+                       : (const uint8_t *)m->f32.w;
+    const uint8_t *sc = m->q8.q ? (const uint8_t *)m->q8.scale : m->q4.packed ? m->q4.scale : NULL;
+    size_t wb = m->q8.q ? m->rows * m->cols : m->q4.packed ? m->rows * m->cols / 2
+                : m->rows * m->cols * 4;
+    size_t sb = m->q8.q ? m->rows * 4 : m->q4.packed ? m->rows * (m->cols / 32) * 2 : 0;
+    const uint8_t *lo = sc && sc < w ? sc : w, *hi = sc && sc + sb > w + wb ? sc + sb : w + wb;
+    uint64_t a = file_off + (uint64_t)(lo - pack), a0 = a / 4096 * 4096;
+    size_t len = up((size_t)(file_off + (uint64_t)(hi - pack) - a0), 4096), got = 0;
+    void *buf = NULL, **nk;
+
+    if (posix_memalign(&buf, 4096, len) != 0 ||
+        !(nk = realloc(s->keeps, (s->nkeeps + 1) * sizeof *nk))) {
+        free(buf);
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    }
+    s->keeps = nk;
+    s->keeps[s->nkeeps++] = buf;
+    while (got < len) {
+        ssize_t r = pread(s->rfd, (uint8_t *)buf + got, len - got, (off_t)(a0 + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    if (got < (size_t)(file_off + (uint64_t)(hi - pack) - a0))
+        return shoal_err_set(err, SHOAL_EIO, "streamed spine: reading a router failed");
+    /* the same bytes, now at buf + (their file offset - a0) */
+    const uint8_t *nw = (const uint8_t *)buf + (file_off + (uint64_t)(w - pack) - a0);
+    const uint8_t *ns = sc ? (const uint8_t *)buf + (file_off + (uint64_t)(sc - pack) - a0) : NULL;
+    if (m->q8.q)
+        m->q8 = (kernels_q8){ (const int8_t *)nw, (const float *)ns, m->rows, m->cols };
+    else if (m->q4.packed)
+        m->q4 = (kernels_q4){ nw, ns, m->rows, m->cols };
+    else
+        m->f32 = (kernels_f32){ (const float *)nw, m->rows, m->cols };
+    return 0;
+}
+
 void spine_stream_stats(const spine_stream *s, engine_stream_stats *out)
 {
     if (!s)
@@ -343,6 +506,9 @@ void spine_stream_free(spine_stream *s)
         close(s->fd);
     free(s->slot[0]);
     free(s->slot[1]);
+    for (size_t i = 0; i < s->nkeeps; i++)
+        free(s->keeps[i]);
+    free(s->keeps);
     free(s->refs);
     free(s->layers);
     pthread_mutex_destroy(&s->mu);

@@ -30,6 +30,17 @@ int spine_stream_seal(spine_stream *s, shoal_err *err);
  * layer into the other buffer.  0 at once for a layer before `first`. */
 int spine_stream_ready(spine_stream *s, int layer, shoal_err *err);
 
+/* In place: a pack whose byte 0 is at `pack` and at file offset
+ * `file_off` of fd (pack - file_off % 4096 is 4 KiB-aligned), layer i's
+ * matrices spanning [lo[i], hi[i]) for i in [first, n_layers), none read
+ * yet.  spine_stream_keep copies matrix m's bytes out of the streamed part
+ * (from the file) and rebinds it there. */
+int spine_stream_inplace(int fd, uint64_t file_off, uint8_t *pack, int n_layers, int first,
+                         uint8_t *const *lo, uint8_t *const *hi, spine_stream **out,
+                         shoal_err *err);
+int spine_stream_keep(spine_stream *s, engine_mat *m, uint64_t file_off, const uint8_t *pack,
+                      shoal_err *err);
+
 void spine_stream_stats(const spine_stream *s, engine_stream_stats *out);
 void spine_stream_free(spine_stream *s);
 

@@ -125,24 +125,6 @@ static void mem_check(const plan *p)
              "other processes use memory the plan counted on; give --ram a smaller size", a, b);
 }
 
-/* A streamed plan runs from a directory's model, whose spine the engine
- * derives (and writes the streamed part of as it goes); a pack shoald
- * cached is read whole (spine_resident.c), so through shoald the plan is
- * refused with the memory from which the whole spine fits. */
-static int plan_check(const plan *p, int remote, shoal_err *err)
-{
-    char a[32], b[32];
-    if (p->verdict != PLAN_STREAMED || !remote)
-        return 0;
-    shoal_size_format(p->spine_streamed, a, sizeof a);
-    shoal_size_format(p->spine == K3_SPINE_INT8 ? p->min_int8 : p->min_int4, b, sizeof b);
-    return shoal_err_set(err, SHOAL_EUNSUPPORTED, "the %s spine does not fit: the plan would "
-                         "read %s of it from disk every token, which this engine does only for "
-                         "a model directory, not through shoald yet; through shoald it runs "
-                         "with the whole spine resident from %s of memory",
-                         k3_spine_mode_name(p->spine), a, b);
-}
-
 /* A step without a measure, for a caller that shows what the load does
  * (serve's /health while it loads). */
 static void step(const engine_load_options *o, const char *what)
@@ -166,8 +148,6 @@ int engine_load_open(const char *spec, const engine_load_options *o, engine_load
     rc = plan_for(spec, o, &out->plan, &cfg, &out->remote, err);
     if (o->plan_out && (rc == 0 || out->plan.verdict == PLAN_REFUSED) && out->plan.limit)
         plan_print(&out->plan, &cfg, o->plan_out);
-    if (rc == 0)
-        rc = plan_check(&out->plan, out->remote != NULL, err);
     if (rc != 0)
         goto fail;
     mem_check(&out->plan);

@@ -233,10 +233,10 @@ typedef struct engine_loaded {
 int engine_load_plan(const char *spec, const engine_load_options *o, plan *p, k3_config *cfg,
                      shoal_err *err);
 
-/* Plan and load.  A plan that streams part of the spine runs for a model
- * directory (engine_model_options.stream_layers); through shoald it is
- * refused for now (SHOAL_EUNSUPPORTED naming the memory that would hold
- * the spine whole).
+/* Plan and load.  A plan that streams part of the spine passes it on as
+ * engine_model_options.stream_layers: a directory's model writes the
+ * streamed part to a file as it derives it; through shoald the cached
+ * pack's streamed layers are read in place every pass (remote.c).
  * *out zeroed on failure; close with engine_load_close (accepts a zeroed
  * one). */
 int engine_load_open(const char *spec, const engine_load_options *o, engine_loaded *out,

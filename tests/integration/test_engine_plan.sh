@@ -157,6 +157,26 @@ echo "ok   tiny --spine int8 at the smallest memory that streams: the resident i
     && fail "--spine int4 below the smallest streamed plan ran"
 grep -q 'with --spine given; this run may use' "$T/slow.err" || { cat "$T/slow.err"; fail "below the streamed minimum: no clear refusal"; }
 
+# through shoald: the cached pack's streamed layers read in place every pass, the same tokens
+# (the first run builds the pack, the second reads it from shoald's cache)
+start_hubmock --repo t/tiny="$M"
+export HF_ENDPOINT=$HUB
+bg shoald "$BIN/shoald" --home "$T/home" --no-fsync --log "$T/shoald.log"
+wait_line "$T/shoald.log" 'ready on' 20 || fail "shoald did not start"
+"$E" plan hf://t/tiny --home "$T/home" --states 1 --spine int4 --json > "$T/r4.json" || fail "plan hf://t/tiny"
+rmid=$(( ($(field "$T/r4.json" min_ram.streamed_any) + $(field "$T/r4.json" min_ram.int4)) / 2 ))
+for i in 1 2; do
+    "$E" run hf://t/tiny --home "$T/home" --tokens $P --max-tokens 6 --spine int4 --ram "$rmid" \
+        --stats > "$T/r$i.out" 2> "$T/r$i.err" || { cat "$T/r$i.err"; fail "hf:// streamed run $i"; }
+    grep -q '^plan: streamed' "$T/r$i.err" && [ "$(tail -n 1 "$T/r$i.out")" = "$(tail -n 1 "$T/o_int4")" ] \
+        || { cat "$T/r$i.err"; fail "hf:// run $i: not streamed, or tokens differ from the resident int4 run"; }
+    rr=$(sed -n 's/^stats: streamed spine: .*, \([0-9]*\) layer reads.*/\1/p' "$T/r$i.err")
+    [ "${rr:-0}" -ge $(( (8 - $(field "$T/r4.json" spine.first_streamed_layer)) * 6 )) ] \
+        || { cat "$T/r$i.err"; fail "hf:// run $i: $rr streamed layer reads"; }
+done
+grep -q 'stored spine-int4' "$T/shoald.log" || fail "no int4 pack stored"
+echo "ok   hf://t/tiny --spine int4 --ram $rmid: streamed in place from the pack (built, then cached), the resident run's tokens"
+
 "$E" run "$M" --tokens $P --ram 1G > "$T/low.out" 2> "$T/low.err" && fail "a run below the floor ran"
 grep -q 'run: the model needs at least 2.0[0-9] GiB of memory; this run may use 1.00 GiB (--ram)' \
     "$T/low.err" || { cat "$T/low.err"; fail "below the floor: $(tail -n 1 "$T/low.err")"; }
