@@ -162,7 +162,7 @@ uint64_t plan_stream_mat_bytes(k3_fmt fmt, uint64_t rows, uint64_t cols)
 
 typedef struct stream_walk {
     uint64_t stream[K3_MAX_LAYERS];   /* a layer's streamed region, rounded to 4 KiB */
-    uint64_t keep[K3_MAX_LAYERS];     /* its matrices that stay resident anyway */
+    uint64_t keep[K3_MAX_LAYERS];     /* its matrices that stay resident anyway (copied) */
 } stream_walk;
 
 static int stream_add(void *ctx, const k3_spine_mat *m)
@@ -170,9 +170,11 @@ static int stream_add(void *ctx, const k3_spine_mat *m)
     stream_walk *w = ctx;
     if (m->layer < 0)
         return 0;
-    if (plan_part_streamed(m->part))
-        w->stream[m->layer] += plan_stream_mat_bytes(m->fmt, m->rows, m->cols);
-    else
+    /* the region is the layer's every matrix: through shoald it is read in
+     * place from the pack, where the router sits among them (a directory's
+     * stream file leaves the router out: fewer bytes than counted) */
+    w->stream[m->layer] += plan_stream_mat_bytes(m->fmt, m->rows, m->cols);
+    if (!plan_part_streamed(m->part))
         w->keep[m->layer] += k3_mat_bytes(m);
     return 0;
 }
