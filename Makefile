@@ -195,7 +195,7 @@ help:
 	@echo "make clean    remove build/, bin/ and generated output"
 
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh $(if $(CROSS),--cross $(CROSS))
 
 check-deps:
 	@scripts/deps.sh --check $(if $(CROSS),--cross $(CROSS)) || { echo "shoal: build dependencies are missing; run 'make deps' (or 'make test', which installs them)" >&2; exit 1; }
