@@ -28,6 +28,8 @@ struct fetch_upstream {
     char        *token_line;    /* "Authorization: Bearer ..." or NULL */
     int          local;
     char        *dir;           /* local: the directory (real path) */
+    char         ident[33];     /* local: hash of its files' names, sizes,
+                                   mtimes (keys the manifest with commit) */
     hub_spec     spec;          /* Hub: repo and the revision asked for */
     char         commit[HUB_REV_MAX];
     hub_client  *hc;            /* Hub: blocking metadata calls */
@@ -82,6 +84,10 @@ int up_read(fetch_upstream *u, const char *path, uint64_t off, size_t len, void 
  * plus up to 25% jitter; a server hint (seconds, >= 0) wins, capped by
  * max_wait_s. */
 long up_backoff_ms(fetch_upstream *u, int attempt, long hint_s);
+
+/* 1 when the file at full hashes to hex (hl 64: sha256; 40: git blob
+ * sha1 of its size bytes), 0 when not, a negative code if unreadable. */
+int up_hash_matches(const char *full, const char *hex, size_t hl, uint64_t size);
 
 /* Path of a file inside the local directory into out.  0 or ETOOBIG. */
 /* The endpoint that names the model in the cache and the manifest: the

@@ -609,7 +609,8 @@ static int build(fetch_upstream *u, const fetch_build_opts *o, int keep, manifes
 static void manifest_key_etag(const fetch_upstream *u, char *out, size_t cap)
 {
     char id[2 * HUB_URL_MAX];
-    int n = snprintf(id, sizeof id, "%s|%s", u->endpoint, u->spec.repo);
+    int n = u->local ? snprintf(id, sizeof id, "%s|%s|%s", u->endpoint, u->spec.repo, u->ident)
+                     : snprintf(id, sizeof id, "%s|%s", u->endpoint, u->spec.repo);
     snprintf(out, cap, "manifest-v%d:%.200s:%016llx", MANIFEST_VERSION, u->commit,
              (unsigned long long)XXH64(id, (size_t)(n > 0 ? n : 0), 0));
 }

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
 #include <xxhash.h>
 
 #include "common/log.h"
@@ -302,10 +303,61 @@ static int is_hex(const char *s, size_t n)
     return 1;
 }
 
-/* A local file's etag: the blob name a Hugging Face cache symlink points
- * to (sha256 or git sha1, the Hub's own etag), else a hash of where the
- * file is and its size, mtime and inode (hashing the content of a 1.6 TB
- * snapshot is not an option; a rewritten file gets a new etag). */
+/* 1 when the file at full hashes to hex (64: sha256 of the bytes, 40: the
+ * git blob sha1 over "blob <size>\0" and the bytes), 0 when it does not, a
+ * negative code when it cannot be read. */
+int up_hash_matches(const char *full, const char *hex, size_t hl, uint64_t size)
+{
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    unsigned char dig[EVP_MAX_MD_SIZE];
+    char got[2 * EVP_MAX_MD_SIZE + 1];
+    unsigned int dn = 0;
+    size_t bufsz = 1u << 20;
+    uint8_t *buf = malloc(bufsz);
+    uint64_t off = 0;
+    int fd = open(full, O_RDONLY | O_CLOEXEC), rc = 0;
+
+    if (!md || !buf || fd < 0) {
+        rc = fd < 0 ? SHOAL_EIO : SHOAL_ENOMEM;
+        goto out;
+    }
+    EVP_DigestInit_ex(md, hl == 64 ? EVP_sha256() : EVP_sha1(), NULL);
+    if (hl == 40) {
+        char head[48];
+        int hn = snprintf(head, sizeof head, "blob %" PRIu64, size);
+        EVP_DigestUpdate(md, head, (size_t)hn + 1);
+    }
+    while (off < size) {
+        size_t want = size - off < bufsz ? (size_t)(size - off) : bufsz;
+        if (shoal_pread_all(fd, buf, want, (off_t)off) != 0) {
+            rc = SHOAL_EIO;
+            goto out;
+        }
+        EVP_DigestUpdate(md, buf, want);
+        off += want;
+    }
+    EVP_DigestFinal_ex(md, dig, &dn);
+    for (unsigned i = 0; i < dn; i++)
+        snprintf(got + 2 * i, 3, "%02x", dig[i]);
+    rc = strlen(got) == hl && memcmp(got, hex, hl) == 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    EVP_MD_CTX_free(md);
+    return rc;
+}
+
+/* A local file's etag.  When it is a Hugging Face cache symlink whose blob
+ * is named by a sha256 or git sha1 (the Hub's own etag), that name, but
+ * only once the bytes were hashed and match it: the etag is a cache key
+ * shared with the Hub model of the same name, and a blob holding other
+ * bytes under a real name must not become those objects (docs/fetcher.md,
+ * "Local snapshots").  Else a hash of where the file is and its size,
+ * mtime and inode (a rewritten file gets a new etag), which no Hub model
+ * shares.  The hash runs once per manifest build: a built manifest is
+ * kept under the directory's identity (u->ident), which changes with any
+ * file's size, mtime or inode. */
 static int local_stat(fetch_upstream *u, const char *path, char *etag, size_t cap, uint64_t *size,
                       shoal_err *err)
 {
@@ -331,8 +383,13 @@ static int local_stat(fetch_upstream *u, const char *path, char *etag, size_t ca
         base = base ? base + 1 : link;
         bl = strlen(base);
         if ((bl == 64 || bl == 40) && is_hex(base, bl) && bl < cap) {
-            memcpy(etag, base, bl + 1);
-            return 0;
+            int m = up_hash_matches(full, base, bl, *size);
+            if (m == 1) {
+                memcpy(etag, base, bl + 1);
+                return 0;
+            }
+            LOG_WARN("fetch", "%s: its blob %s does not hash to its name%s; keyed as a local "
+                     "file, shared with no Hub model", full, base, m < 0 ? " (unreadable)" : "");
         }
     }
     if (!realpath(full, rp))
@@ -449,7 +506,8 @@ static int name_cmp(const void *a, const void *b)
 }
 
 /* A directory's identity: a hash over its regular files' names, sizes and
- * mtimes (a snapshot under .../snapshots/<commit> is named by it). */
+ * mtimes (of the blobs the links point to); its commit is "local-<that>",
+ * or <commit> for a snapshot under .../snapshots/<commit>. */
 static int local_commit(fetch_upstream *u, shoal_err *err)
 {
     DIR *d = opendir(u->dir);
@@ -463,12 +521,6 @@ static int local_commit(fetch_upstream *u, shoal_err *err)
 
     base = base ? base + 1 : u->dir;
     snprintf(parent, sizeof parent, "%.*s", (int)(base - u->dir), u->dir);
-    if (strlen(base) == 40 && is_hex(base, 40) && strstr(parent, "/snapshots/")) {
-        snprintf(u->commit, sizeof u->commit, "%s", base);
-        if (d)
-            closedir(d);
-        return 0;
-    }
     if (!d)
         return shoal_err_set(err, SHOAL_ENOTFOUND, "open %s: %s", u->dir, strerror(errno));
     while ((de = readdir(d)) != NULL) {
@@ -507,8 +559,14 @@ static int local_commit(fetch_upstream *u, shoal_err *err)
         }
         {
             XXH128_hash_t v = XXH3_128bits_digest(h);
-            snprintf(u->commit, sizeof u->commit, "local-%016llx%016llx",
+            snprintf(u->ident, sizeof u->ident, "%016llx%016llx",
                      (unsigned long long)v.high64, (unsigned long long)v.low64);
+            /* A snapshot under .../snapshots/<commit> is named by it; its
+             * identity still keys the manifest (a changed blob rebuilds). */
+            if (strlen(base) == 40 && is_hex(base, 40) && strstr(parent, "/snapshots/"))
+                snprintf(u->commit, sizeof u->commit, "%s", base);
+            else
+                snprintf(u->commit, sizeof u->commit, "local-%s", u->ident);
         }
     } else if (rc == 0) {
         rc = SHOAL_ENOMEM;
