@@ -327,6 +327,10 @@ int  model_open(shoald *d, const char *spec, model_ready_fn ready, void *ctx,
                 const work_progress **prog, model **out, shoal_err *err);
 void model_release(shoald *d, model *m);
 model *model_by_handle(shoald *d, uint32_t handle);
+/* RM's check: the open models whose repo is spec's (hf://org/name[@rev],
+ * org/name or a directory) must be idle; they are dropped.  SHOAL_EBUSY
+ * (naming who holds one) otherwise. */
+int  model_drop_idle(shoald *d, const char *spec, shoal_err *err);
 /* Resolve a protocol key to an object.  SHOAL_ENOTFOUND naming it. */
 int  model_key_resolve(const model *m, const shoal_key *k, objref *out, shoal_err *err);
 void model_free_all(shoald *d);
@@ -539,7 +543,7 @@ int  warm_plan(struct warm *w, model *m, int selection, int flags, uint32_t a, u
                const shoal_key *keys, size_t nkeys, shoal_buf *out, shoal_err *err);
 int  warm_status(struct warm *w, uint64_t job, uint8_t *state, uint64_t *bytes_done,
                  uint64_t *bytes_total, uint32_t *objs_done, uint32_t *objs_total,
-                 uint32_t *errors, char *last_error, size_t cap);
+                 uint32_t *errors, int *last_code, char *last_error, size_t cap);
 /* A warm waiter's transfer ended. */
 void warm_waiter_done(warm_job *j, waiter *w, int rc, const char *msg, uint64_t bytes);
 /* Persist progress (shutdown). */
