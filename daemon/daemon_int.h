@@ -105,6 +105,7 @@ typedef struct daemon_config {
     char     conf_path[SHOAL_PATH_MAX];   /* HOME/shoald.conf */
     int      settings_given;       /* the command line gave a setting: save */
     const char *endpoint;          /* HF endpoint (NULL: default) */
+    int         offline;           /* HF_HUB_OFFLINE: the cache only */
     const char *token;             /* NULL: anonymous */
     uint32_t flush_ms;             /* counter flush timer */
     const char *metrics;           /* --metrics ADDR:PORT, NULL: off */

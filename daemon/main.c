@@ -225,6 +225,7 @@ static int config_build(const opts *o, daemon_config *cfg, shoal_err *err)
     if (settings_apply(cfg, o->set, err) != 0)
         return err->code;
     cfg->endpoint = hfe.endpoint;
+    cfg->offline = shoal_hf_offline(&hfe);
     if (cfg->endpoint && !cfg->endpoint[0])
         cfg->endpoint = NULL;
     cfg->flush_ms = 1000;

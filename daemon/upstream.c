@@ -36,9 +36,17 @@
 #include "common/log.h"
 #include "fetcher/fetch.h"
 
+#include "common/sys.h"
+
 #include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* After a transfer found the upstream unreachable (SHOAL_EOFFLINE), new
+ * transfers of that model fail at once for this long (docs/fetcher.md,
+ * "Offline"): a warm job or an engine asking for 600 missing objects gets
+ * 600 immediate errors, not 600 connection attempts. */
+#define UPSTREAM_UNREACHABLE_MS 10000
 
 typedef struct watch {
     int fd;                          /* -1: free slot */
@@ -55,6 +63,8 @@ struct upstream_model {
     watch  *w;
     size_t  nw;
     int     broken;                  /* session failed: rebuild before use */
+    int64_t unreachable_until_ms;    /* EOFFLINE: fail new transfers at once */
+    char    unreachable[SHOAL_ERR_MSG_MAX];
     int     cancelling;              /* inside fetch_session_cancel */
 };
 
@@ -213,6 +223,12 @@ static void session_check(struct upstream_model *um)
         return;
     LOG_WARN("upstream", "%s: transfers stopped: %s", um->m->spec, err.msg);
     um->broken = 1;
+    if (err.code == SHOAL_EOFFLINE) {
+        /* The upstream cannot be reached: for a while, what is not cached
+         * fails now rather than each object trying (and waiting) again. */
+        um->unreachable_until_ms = shoal_wall_ms() + UPSTREAM_UNREACHABLE_MS;
+        snprintf(um->unreachable, sizeof um->unreachable, "%s", err.msg);
+    }
     sched_fail_model(um->d->sched, um->m, err.code ? err.code : SHOAL_EIO, err.msg);
 }
 
@@ -304,6 +320,7 @@ int upstream_model_prepare(const daemon_config *cfg, const char *spec, cache *si
     o.split_ways = cfg->parallel;
     o.demand_headroom = cfg->parallel / 2 < 1 ? 1 : cfg->parallel / 2;   /* upstream_headroom */
     o.split_min = cfg->split_min;
+    o.offline = cfg->offline;
     o.stop = stop;
     o.defer_records = 1;   /* the side handle only reads; the loop records (attach) */
     rc = fetch_upstream_open(&o, side, &um->u, err);
@@ -367,6 +384,27 @@ int upstream_start(shoald *d, xfer *x, shoal_err *err)
     fetch_item it;
     int rc;
 
+    if (fetch_upstream_offline(um->u) == FETCH_OFFLINE) {
+        /* HF_HUB_OFFLINE: what is not cached fails now, named. */
+        const manifest_file *f = x->obj.file < x->m->man->nfiles ? &x->m->man->files[x->obj.file]
+                                                                 : NULL;
+        if (x->obj.layer >= 0)
+            return shoal_err_set(err, SHOAL_EOFFLINE, "layer %d expert %d of %s is not in the "
+                                 "cache and HF_HUB_OFFLINE is set: unset it (and restart "
+                                 "shoald) to fetch it", x->obj.layer, x->obj.expert, x->m->spec);
+        return shoal_err_set(err, SHOAL_EOFFLINE, "%s (%s bytes %llu-%llu) of %s is not in the "
+                             "cache and HF_HUB_OFFLINE is set: unset it (and restart shoald) to "
+                             "fetch it", x->obj.tensor ? x->obj.tensor : "the object",
+                             f ? f->path : "?", (unsigned long long)x->key.offset,
+                             (unsigned long long)(x->key.offset + x->key.length - 1), x->m->spec);
+    }
+    if (um->unreachable_until_ms > shoal_wall_ms())
+        return shoal_err_set(err, SHOAL_EOFFLINE, "%s is not in the cache and the upstream of "
+                             "%s could not be reached %lld s ago (%s); it is tried again after "
+                             "%d s", x->obj.layer >= 0 ? "the expert" : "the object", x->m->spec,
+                             (long long)((shoal_wall_ms() - um->unreachable_until_ms
+                                          + UPSTREAM_UNREACHABLE_MS) / 1000),
+                             um->unreachable, UPSTREAM_UNREACHABLE_MS / 1000);
     if (um->s && um->broken)
         session_drop(um);
     if (!um->s) {

@@ -79,6 +79,9 @@ typedef struct fetch_options {
                                     writes it all in one transaction: the
                                     cache handle given to open is a worker's
                                     side handle, which only reads */
+    int         offline;         /* 1 (HF_HUB_OFFLINE): never ask the Hub;
+                                    resolve from the cache index only, a
+                                    missing file or object is SHOAL_EOFFLINE */
     const _Atomic int *stop;     /* when *stop becomes nonzero, the blocking
                                     metadata calls (open, manifest build) give
                                     up soon with SHOAL_ECANCELED: a request
@@ -110,6 +113,15 @@ int fetch_upstream_set_cache(fetch_upstream *u, cache *c, shoal_err *err);
 /* The pinned commit ("local-<hex>" for a directory); borrowed. */
 const char *fetch_upstream_commit(const fetch_upstream *u);
 int fetch_upstream_is_local(const fetch_upstream *u);
+/* How the upstream was pinned: FETCH_ONLINE (the Hub answered, or a commit
+ * or a directory needed no request), FETCH_OFFLINE (fetch_options.offline:
+ * from the cache, no request will be made) or FETCH_UNREACHABLE (the Hub
+ * could not be reached or kept failing: the revision is its last known
+ * commit from the cache; transfers are still tried, and fail soon with
+ * SHOAL_EOFFLINE when the Hub stays unreachable).  docs/fetcher.md,
+ * "Offline". */
+enum { FETCH_ONLINE = 0, FETCH_OFFLINE = 1, FETCH_UNREACHABLE = 2 };
+int fetch_upstream_offline(const fetch_upstream *u);
 
 /* Counters of what the upstream did (both the blocking metadata calls
  * and the sessions' transfers). */

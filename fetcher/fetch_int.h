@@ -42,6 +42,7 @@ struct fetch_upstream {
      * reads headers on several threads (each with its own hub_client). */
     pthread_mutex_t mu;
     int          deferring;     /* o.defer_records, until set_cache */
+    int          offline;       /* FETCH_ONLINE / OFFLINE / UNREACHABLE */
 };
 
 /* A Hub client like u->hc, for a thread of its own.  Caller frees. */

@@ -138,7 +138,15 @@ static void sleep_ms(const fetch_upstream *u, long ms)
 
 static int transient(int rc)
 {
-    return rc == SHOAL_EBUSY || rc == SHOAL_ENET || rc == SHOAL_ETIMEOUT;
+    return rc == SHOAL_EBUSY || rc == SHOAL_ENET || rc == SHOAL_ETIMEOUT || rc == SHOAL_EOFFLINE;
+}
+
+/* Give up now?  An unreachable host (EOFFLINE) after
+ * HTTP_UNREACHABLE_ATTEMPTS, anything else after max_attempts. */
+static int give_up(const fetch_upstream *u, int rc, int attempt)
+{
+    return !transient(rc) || attempt >= (rc == SHOAL_EOFFLINE ? HTTP_UNREACHABLE_ATTEMPTS
+                                                               : u->o.max_attempts);
 }
 
 /* The cache's record of f's resolution. */
@@ -188,8 +196,11 @@ static int resolve_from_cache(fetch_upstream *u, up_file *f)
     pthread_mutex_unlock(&u->mu);
     if (rc)
         return -1;
-    if (!cf.location[0] || (cf.location_expires_ms != 0
-                            && cf.location_expires_ms < shoal_wall_ms() + UP_EXPIRY_MARGIN_MS))
+    /* Offline the etag and size are what matter (the manifest); a transfer
+     * is not made (FETCH_OFFLINE) or finds the CDN unreachable too. */
+    if (!u->offline && (!cf.location[0]
+                        || (cf.location_expires_ms != 0
+                            && cf.location_expires_ms < shoal_wall_ms() + UP_EXPIRY_MARGIN_MS)))
         return -1;
     memset(&hf, 0, sizeof hf);
     if (copy_str(hf.commit, sizeof hf.commit, u->commit)
@@ -216,7 +227,7 @@ static int resolve_head(fetch_upstream *u, hub_client *hc, const char *revision,
         st_inc(u, &u->st.requests);
         st_inc(u, &u->st.resolves);
         rc = hub_file_resolve(hc, &sp, path, hf, err);
-        if (rc == 0 || !transient(rc) || attempt >= u->o.max_attempts)
+        if (rc == 0 || give_up(u, rc, attempt))
             break;
         st_inc(u, &u->st.retries);
         LOG_INFO("fetch", "resolve %s: %s; retrying", path, err ? err->msg : shoal_strerror(rc));
@@ -224,7 +235,10 @@ static int resolve_head(fetch_upstream *u, hub_client *hc, const char *revision,
         if (stopped(u))
             return shoal_err_set(err, SHOAL_ECANCELED, "resolve %s: stopped", path);
     }
-    if (rc && transient(rc))
+    if (rc == SHOAL_EOFFLINE)
+        shoal_err_wrap(err, rc, "the Hub cannot be reached (tried %d times)",
+                       HTTP_UNREACHABLE_ATTEMPTS);
+    else if (rc && transient(rc))
         shoal_err_wrap(err, rc, "giving up after %d attempts (too many failures)",
                        u->o.max_attempts);
     return rc;
@@ -258,6 +272,10 @@ static int resolve_on(fetch_upstream *u, hub_client *hc, const char *path, int f
         return 0;
     if (!force && !f->ready && resolve_from_cache(u, f) == 0)
         return 0;
+    if (u->offline == FETCH_OFFLINE)
+        return shoal_err_set(err, SHOAL_EOFFLINE, "%s of %s at commit %.12s is not in the cache "
+                             "and HF_HUB_OFFLINE is set: unset it to fetch it", path,
+                             u->spec.repo, u->commit);
     rc = resolve_head(u, hc, u->commit, path, &hf, err);
     if (rc)
         return rc;
@@ -483,6 +501,10 @@ int up_read_on(fetch_upstream *u, hub_client *hc, const char *path, uint64_t off
         }
         if (!(transient(rc) || rc == SHOAL_EPROTO))
             break;
+        if (rc == SHOAL_EOFFLINE && attempt >= HTTP_UNREACHABLE_ATTEMPTS) {
+            shoal_err_wrap(err, rc, "the upstream cannot be reached");
+            break;
+        }
         if (attempt >= u->o.max_attempts) {
             shoal_err_wrap(err, rc, "giving up after %d attempts (too many failures)", attempt);
             break;
@@ -598,6 +620,28 @@ static int open_local(fetch_upstream *u, const char *spec, shoal_err *err)
     return local_commit(u, err);
 }
 
+/* Offline: the revision's last known commit from the cache index. */
+static int pin_from_cache(fetch_upstream *u, const char *why, shoal_err *err)
+{
+    cache_model cm;
+    int rc;
+
+    if (!u->c)
+        return shoal_err_set(err, SHOAL_EOFFLINE, "%s (offline: %s) and no cache to resolve "
+                             "%s from", u->o.model, why, u->spec.revision);
+    pthread_mutex_lock(&u->mu);
+    rc = cache_model_get(u->c, u->endpoint, u->spec.repo, u->spec.revision, &cm, NULL);
+    pthread_mutex_unlock(&u->mu);
+    if (rc)
+        return shoal_err_set(err, SHOAL_EOFFLINE, "%s: offline (%s) and %s@%s was never opened "
+                             "from %s here: nothing cached to resolve it from", u->o.model, why,
+                             u->spec.repo, u->spec.revision, u->endpoint);
+    snprintf(u->commit, sizeof u->commit, "%.*s", (int)sizeof u->commit - 1, cm.commit);
+    LOG_WARN("fetch", "%s: offline (%s); %s resolves to its last known commit %s", u->o.model,
+             why, u->spec.revision, u->commit);
+    return 0;
+}
+
 static int open_hub(fetch_upstream *u, shoal_err *err)
 {
     hub_options ho = { u->endpoint, u->o.token, u->o.connect_timeout_ms, u->o.stall_secs,
@@ -613,9 +657,23 @@ static int open_hub(fetch_upstream *u, shoal_err *err)
         snprintf(u->commit, sizeof u->commit, "%s", u->spec.revision);
         return 0;
     }
+    if (u->offline == FETCH_OFFLINE)
+        return pin_from_cache(u, "HF_HUB_OFFLINE is set", err);
     /* The pin: config.json at the revision names the commit every later
-     * request uses. */
+     * request uses.  A Hub that cannot be reached (or keeps failing) pins
+     * the revision to its last known commit instead. */
     rc = resolve_head(u, u->hc, u->spec.revision, "config.json", &hf, err);
+    if (rc == SHOAL_EOFFLINE || rc == SHOAL_ENET || rc == SHOAL_ETIMEOUT || rc == SHOAL_EBUSY) {
+        shoal_err why = *err;
+        if (pin_from_cache(u, why.msg, err) == 0) {
+            u->offline = FETCH_UNREACHABLE;
+            return 0;
+        }
+        *err = why;
+        err->code = rc == SHOAL_EBUSY ? rc : SHOAL_EOFFLINE;
+        return shoal_err_wrap(err, err->code, "%s@%s was never opened here (nothing cached "
+                              "resolves it) and", u->spec.repo, u->spec.revision);
+    }
     if (rc)
         return rc;
     snprintf(u->commit, sizeof u->commit, "%s", hf.commit);
@@ -637,6 +695,7 @@ int fetch_upstream_open(const fetch_options *o, cache *c, fetch_upstream **out, 
     u->o = *o;
     u->c = c;
     u->deferring = o->defer_records;
+    u->offline = o->offline ? FETCH_OFFLINE : FETCH_ONLINE;
     pthread_mutex_init(&u->mu, NULL);
     if (u->o.parallel <= 0)
         u->o.parallel = FETCH_DEFAULT_PARALLEL;
@@ -756,6 +815,11 @@ const char *fetch_upstream_commit(const fetch_upstream *u)
 int fetch_upstream_is_local(const fetch_upstream *u)
 {
     return u->local;
+}
+
+int fetch_upstream_offline(const fetch_upstream *u)
+{
+    return u->local ? FETCH_ONLINE : u->offline;
 }
 
 void fetch_upstream_stats(const fetch_upstream *u, fetch_stats *out)
