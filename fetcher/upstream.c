@@ -272,11 +272,15 @@ static int resolve_on(fetch_upstream *u, hub_client *hc, const char *path, int f
         return 0;
     if (!force && !f->ready && resolve_from_cache(u, f) == 0)
         return 0;
+    if (u->offline && up_peer_resolve(u, f) == 0)
+        return 0;
     if (u->offline == FETCH_OFFLINE)
         return shoal_err_set(err, SHOAL_EOFFLINE, "%s of %s at commit %.12s is not in the cache "
                              "and HF_HUB_OFFLINE is set: unset it to fetch it", path,
                              u->spec.repo, u->commit);
     rc = resolve_head(u, hc, u->commit, path, &hf, err);
+    if (rc == SHOAL_EOFFLINE && up_peer_resolve(u, f) == 0)
+        return 0;
     if (rc)
         return rc;
     if (strcmp(hf.commit, u->commit) != 0)
@@ -486,6 +490,8 @@ int up_read_on(fetch_upstream *u, hub_client *hc, const char *path, uint64_t off
     rc = resolve_on(u, hc, path, 0, &f, err);
     if (rc)
         return rc;
+    if (up_peer_check(u, f))   /* the HF cache's verified blob, in place */
+        return up_peer_read(u, f, off, len, buf, err);
     for (int attempt = 1;; attempt++) {
         st_inc(u, &u->st.requests);
         rc = hub_range_read(hc, &f->hf, off, off + len - 1, buf, err);
@@ -653,19 +659,21 @@ static int open_hub(fetch_upstream *u, shoal_err *err)
     rc = rc ? rc : hub_client_new(&ho, &u->hc, err);
     if (rc)
         return rc;
+    up_peer_find(u);
     if (http_is_commit(u->spec.revision)) {
         snprintf(u->commit, sizeof u->commit, "%s", u->spec.revision);
         return 0;
     }
     if (u->offline == FETCH_OFFLINE)
-        return pin_from_cache(u, "HF_HUB_OFFLINE is set", err);
+        return pin_from_cache(u, "HF_HUB_OFFLINE is set", err) == 0 || up_peer_commit(u, NULL) == 0
+                   ? 0 : SHOAL_EOFFLINE;
     /* The pin: config.json at the revision names the commit every later
      * request uses.  A Hub that cannot be reached (or keeps failing) pins
      * the revision to its last known commit instead. */
     rc = resolve_head(u, u->hc, u->spec.revision, "config.json", &hf, err);
     if (rc == SHOAL_EOFFLINE || rc == SHOAL_ENET || rc == SHOAL_ETIMEOUT || rc == SHOAL_EBUSY) {
         shoal_err why = *err;
-        if (pin_from_cache(u, why.msg, err) == 0) {
+        if (pin_from_cache(u, why.msg, err) == 0 || up_peer_commit(u, NULL) == 0) {
             u->offline = FETCH_UNREACHABLE;
             return 0;
         }
@@ -724,6 +732,8 @@ int fetch_upstream_open(const fetch_options *o, cache *c, fetch_upstream **out, 
             snprintf(u->token_line, n, "Authorization: Bearer %s", o->token);
     }
     u->o.model = o->model ? strdup(o->model) : NULL;
+    u->o.hf_cache = dup_or_null(o->hf_cache);
+    u->o.peer_memo = dup_or_null(o->peer_memo);
     if (!u->o.model || (o->token && o->token[0] && (!u->o.token || !u->token_line))) {
         fetch_upstream_free(u);
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
@@ -758,8 +768,12 @@ void fetch_upstream_free(fetch_upstream *u)
     hub_client_free(u->hc);
     for (size_t i = 0; i < u->nfiles; i++) {
         free(u->files[i]->path);
+        free(u->files[i]->peer_blob);
         free(u->files[i]);
     }
+    free(u->peer);
+    free((char *)u->o.hf_cache);
+    free((char *)u->o.peer_memo);
     free(u->files);
     if (u->token_line) {
         memset(u->token_line, 0, strlen(u->token_line));
