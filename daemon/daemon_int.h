@@ -106,6 +106,9 @@ typedef struct daemon_config {
     int      settings_given;       /* the command line gave a setting: save */
     const char *endpoint;          /* HF endpoint (NULL: default) */
     int         offline;           /* HF_HUB_OFFLINE: the cache only */
+    char        hf_cache[SHOAL_PATH_MAX];  /* huggingface_hub's cache, a peer
+                                      of the Hub ("" none) */
+    char        peer_memo[SHOAL_PATH_MAX]; /* HOME/hfcache-verified.txt */
     const char *token;             /* NULL: anonymous */
     uint32_t flush_ms;             /* counter flush timer */
     const char *metrics;           /* --metrics ADDR:PORT, NULL: off */
@@ -433,6 +436,17 @@ int  upstream_headroom(const shoald *d);
 void upstream_park_all(shoald *d);
 struct fetch_stats;
 void upstream_stats(const model *m, struct fetch_stats *out);
+/* 0 and the path of the verified Hugging Face cache blob holding the bytes
+ * of m's file `file` (read in place), else -1. */
+int  upstream_peer_blob(const model *m, uint32_t file, char *out, size_t cap);
+
+/* ---- peer.c: objects served in place from the Hugging Face cache ---- */
+/* 1 when o's bytes are in a verified HF cache blob: key i of g answered
+ * (a hit: the blob's descriptor, the object's offset in it, its XXH3-128
+ * computed from those bytes), else 0 (nothing sent). */
+int  peer_serve(conn *c, model *m, getreq *g, uint16_t i, const objref *o);
+/* 1 when o is in a verified HF cache blob (warm has nothing to fetch). */
+int  peer_has(const model *m, const objref *o);
 
 /* ---- session.c ----------------------------------------------------------------- */
 
@@ -450,6 +464,10 @@ int  session_handle_add(conn *c, uint32_t handle);
 int  session_handle_drop(conn *c, uint32_t handle);
 /* Send GET item i of g (status, source, descriptor taken) and drop g when
  * it was the last. */
+/* The same for a descriptor that is not a cache blob (the HF cache's, peer.c):
+ * the object is [offset, offset + obj->length) of obj->fd. */
+void session_item_send_at(conn *c, getreq *g, uint16_t i, int source, const cache_obj *obj,
+                          uint64_t offset);
 void session_item_send(conn *c, getreq *g, uint16_t i, int status, int source,
                        const cache_obj *obj);
 void session_get_free(conn *c, getreq *g);

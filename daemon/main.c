@@ -226,6 +226,10 @@ static int config_build(const opts *o, daemon_config *cfg, shoal_err *err)
         return err->code;
     cfg->endpoint = hfe.endpoint;
     cfg->offline = shoal_hf_offline(&hfe);
+    if (shoal_hf_hub_cache(&hfe, cfg->hf_cache, sizeof cfg->hf_cache) != 0)
+        cfg->hf_cache[0] = '\0';
+    snprintf(cfg->peer_memo, sizeof cfg->peer_memo, "%.*s/hfcache-verified.txt",
+             (int)sizeof cfg->peer_memo - 32, cfg->home);
     if (cfg->endpoint && !cfg->endpoint[0])
         cfg->endpoint = NULL;
     cfg->flush_ms = 1000;

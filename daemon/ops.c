@@ -247,6 +247,8 @@ static void get_key(conn *c, model *m, getreq *g, uint16_t i, const shoal_key *k
             session_item_send(c, g, i, rc, SHOAL_SRC_MISS, NULL);
             return;
         }
+        if (peer_serve(c, m, g, i, &o))   /* in place, from the HF cache */
+            return;
         c->counts.misses++;
         w->source = SHOAL_SRC_MISS;
     }

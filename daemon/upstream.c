@@ -321,6 +321,8 @@ int upstream_model_prepare(const daemon_config *cfg, const char *spec, cache *si
     o.demand_headroom = cfg->parallel / 2 < 1 ? 1 : cfg->parallel / 2;   /* upstream_headroom */
     o.split_min = cfg->split_min;
     o.offline = cfg->offline;
+    o.hf_cache = cfg->hf_cache[0] ? cfg->hf_cache : NULL;
+    o.peer_memo = cfg->peer_memo[0] ? cfg->peer_memo : NULL;
     o.stop = stop;
     o.defer_records = 1;   /* the side handle only reads; the loop records (attach) */
     rc = fetch_upstream_open(&o, side, &um->u, err);
@@ -329,6 +331,16 @@ int upstream_model_prepare(const daemon_config *cfg, const char *spec, cache *si
         bo.progress = prep_phase;
         bo.ctx = prog;
         rc = fetch_manifest_build(um->u, side, &bo, man, from_cache, keep, err);
+    }
+    if (rc == 0) {
+        /* The HF cache's blobs of this model: hashed here (the worker) the
+         * first time, then only stat'ed; served in place (peer.c). */
+        int n;
+        work_progress_set(prog, "hfcache", 0, 0);
+        n = fetch_upstream_peer_scan(um->u, *man);
+        if (n)
+            LOG_INFO("upstream", "%s: %d of %zu files are read in place from the Hugging Face "
+                     "cache", spec, n, (*man)->nfiles);
     }
     if (um->u)   /* the side handle is the worker's: forget it */
         fetch_upstream_set_cache(um->u, NULL, NULL);
@@ -466,6 +478,13 @@ int upstream_headroom(const shoald *d)
 {
     int h = d->cfg.parallel / 2;   /* as upstream_model_prepare's demand_headroom */
     return h < 1 ? 1 : h;
+}
+
+int upstream_peer_blob(const model *m, uint32_t file, char *out, size_t cap)
+{
+    if (!m->up || !m->up->u || file >= m->man->nfiles)
+        return -1;
+    return fetch_upstream_peer_blob(m->up->u, m->man->files[file].path, out, cap);
 }
 
 void upstream_stats(const model *m, fetch_stats *out)

@@ -31,3 +31,73 @@ grep -q 'does not hash to its name' "$T/shoald.log" || fail "shoald did not say 
 # config.json's blob was honest: one object, shared (a hit), not fetched again.
 grep -q 'f:config.json hit' "$T/hub.out" || { cat "$T/hub.out"; fail "an honest blob's object should be shared"; }
 echo "ok   poisoned snapshot: keyed as local, hf:// gets the Hub's bytes; honest blobs shared"
+
+# ---- the Hugging Face cache as a peer: read in place, no byte fetched, nothing copied ----
+kill -TERM "$PID_shoald"; wait "$PID_shoald" || fail "shoald exit"
+COMMIT=$(curl -s "$HUB/_mock/repo?repo=t/tiny" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["refs"]["main"])')
+HFC=$T/hfhome/hub
+/usr/bin/python3 "$ROOT/tests/integration/hfcache_layout.py" "$T/m" "$HFC" t/tiny "$COMMIT" > /dev/null || fail "layout"
+# the blobs' inodes before: read in place means the same files, never copied or changed
+ls -li "$HFC/models--t--tiny/blobs" > "$T/blobs.before"
+H2=$T/home2
+: > "$T/hub.jsonl"
+HF_HOME=$T/hfhome bg shoald "$BIN/shoald" --home "$H2" --no-fsync --log "$T/shoald2.log"
+wait_line "$T/shoald2.log" 'ready on' 20 || fail "shoald (HF cache) did not start"
+KEYS="1:0 1:5 7:3 t:model.embed_tokens.weight t:lm_head.weight f:config.json f:tiktoken.model"
+"$BIN/shoalc" --home "$H2" get hf://t/tiny $KEYS --check "$T/m" > "$T/peer.out" \
+    || { cat "$T/peer.out"; fail "GET with the HF cache as a peer"; }
+grep -q 'hits 7 .*mismatched 0' "$T/peer.out" || fail "HF cache peer: $(grep '^hits' "$T/peer.out")"
+grep -q 'files are read in place from the Hugging Face cache' "$T/shoald2.log" \
+    || fail "shoald does not say it reads the HF cache in place"
+P=7,100,300,5,9,42,11,12,13,700,1
+"$BIN/shoal-engine" run "$T/m" --tokens $P --max-tokens 4 > "$T/o_local" || fail "local run"
+"$BIN/shoal-engine" run hf://t/tiny --home "$H2" --tokens $P --max-tokens 4 > "$T/o_peer" 2> "$T/e_peer" \
+    || { cat "$T/e_peer"; fail "engine through the HF cache peer"; }
+cmp -s "$T/o_local" "$T/o_peer" || fail "engine output through the HF cache differs from the local run"
+"$BIN/shoal" --home "$H2" warm hf://t/tiny --wait > "$T/warm.out" 2>&1 || { cat "$T/warm.out"; fail "warm (peer)"; }
+# No byte fetched: only HEADs reached the Hub (the pin and the resolves), no GET of any file.
+/usr/bin/python3 - "$T/hub.jsonl" <<'PY' || fail "the HF cache peer fetched bytes from the Hub"
+import json, sys
+reqs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+gets = [r for r in reqs if r["method"] != "HEAD" or r["bytes"]]
+assert not gets, gets[:3]
+print("hub requests:", len(reqs), "all HEAD")
+PY
+# Nothing copied: the only objects shoald stored are its own (the manifest, the engine's int8 pack).
+"$BIN/shoal" --home "$H2" ls --json > "$T/ls.json" || fail "ls"
+/usr/bin/python3 - "$T/ls.json" <<'PY' || fail "the HF cache's bytes were copied into shoald's cache"
+import json, sys
+ms = json.load(open(sys.argv[1]))["models"]
+k = ms[0]["bytes_by_kind"]
+assert k["expert"] == 0 and k["spine"] == 0 and k["small"] == 0, k
+PY
+ls -li "$HFC/models--t--tiny/blobs" > "$T/blobs.after"
+cmp -s "$T/blobs.before" "$T/blobs.after" || fail "the HF cache's blobs changed"
+kill -TERM "$PID_shoald"; wait "$PID_shoald"
+echo "ok   HF cache peer: GET, engine, warm served in place; only HEADs to the Hub; nothing copied"
+
+# ---- offline, a model shoald never opened: refs/main and the snapshot's links ----------
+H3=$T/home3
+: > "$T/hub.jsonl"
+HF_HOME=$T/hfhome HF_HUB_OFFLINE=1 bg shoald "$BIN/shoald" --home "$H3" --no-fsync --log "$T/shoald3.log"
+wait_line "$T/shoald3.log" 'ready on' 20 || fail "shoald (offline, HF cache) did not start"
+"$BIN/shoalc" --home "$H3" get hf://t/tiny $KEYS --check "$T/m" > "$T/off.out" \
+    || { cat "$T/off.out"; tail "$T/shoald3.log"; fail "offline GET from the HF cache"; }
+grep -q 'hits 7 .*mismatched 0' "$T/off.out" || fail "offline HF cache: $(grep '^hits' "$T/off.out")"
+grep -q "from the Hugging Face cache's refs" "$T/shoald3.log" || fail "the log does not say main came from refs/"
+[ ! -s "$T/hub.jsonl" ] || fail "HF_HUB_OFFLINE=1: $(wc -l < "$T/hub.jsonl") requests reached the Hub"
+kill -TERM "$PID_shoald"; wait "$PID_shoald"
+echo "ok   HF_HUB_OFFLINE=1, never opened by shoald: resolved from the HF cache's refs and links, 0 requests"
+
+# ---- a blob that does not hash to its name is not used --------------------------------
+H4=$T/home4
+/usr/bin/python3 "$ROOT/tests/integration/hfcache_layout.py" "$T/m" "$T/bad/hub" t/tiny "$COMMIT" \
+    --poison model-00001-of-000003.safetensors > /dev/null || fail "layout (poisoned)"
+HF_HUB_CACHE=$T/bad/hub bg shoald "$BIN/shoald" --home "$H4" --no-fsync --log "$T/shoald4.log"
+wait_line "$T/shoald4.log" 'ready on' 20 || fail "shoald (poisoned HF cache) did not start"
+"$BIN/shoalc" --home "$H4" get hf://t/tiny 1:0 1:5 t:model.embed_tokens.weight --check "$T/m" > "$T/bad.out" \
+    || { cat "$T/bad.out"; fail "GET beside a poisoned HF cache"; }
+grep -q 'mismatched 0' "$T/bad.out" && grep -q 'checked 3' "$T/bad.out" || fail "poisoned HF cache: $(grep '^hits' "$T/bad.out")"
+grep -q 'does not hash to its name; not used' "$T/shoald4.log" || fail "shoald does not say the blob is not used"
+kill -TERM "$PID_shoald"; wait "$PID_shoald"
+echo "ok   a poisoned HF cache blob is not used: fetched from the Hub, right bytes"
