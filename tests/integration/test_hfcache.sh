@@ -101,3 +101,40 @@ grep -q 'mismatched 0' "$T/bad.out" && grep -q 'checked 3' "$T/bad.out" || fail 
 grep -q 'does not hash to its name; not used' "$T/shoald4.log" || fail "shoald does not say the blob is not used"
 kill -TERM "$PID_shoald"; wait "$PID_shoald"
 echo "ok   a poisoned HF cache blob is not used: fetched from the Hub, right bytes"
+
+# ---- shoal export: --local-dir and --hf-cache, and the export used as a peer ----------
+H5=$T/home5
+bg shoald "$BIN/shoald" --home "$H5" --no-fsync --log "$T/shoald5.log"
+wait_line "$T/shoald5.log" 'ready on' 20 || fail "shoald (export) did not start"
+"$BIN/shoalc" --home "$H5" get hf://t/tiny 1:0 > /dev/null || fail "open for export"
+rc=0; "$BIN/shoal" --home "$H5" export hf://t/tiny --local-dir "$T/none" > "$T/ex0" 2>&1 || rc=$?
+[ $rc = 4 ] && grep -q 'partial  model-00001' "$T/ex0" || { cat "$T/ex0"; fail "export of an incomplete model: exit $rc"; }
+"$BIN/shoal" --home "$H5" warm hf://t/tiny --wait > /dev/null 2>&1 || fail "warm for export"
+"$BIN/shoal" --home "$H5" export hf://t/tiny --local-dir "$T/out" > "$T/ex1" 2>&1 || { cat "$T/ex1"; fail "export --local-dir"; }
+diff -r "$T/m" "$T/out" > "$T/ex1.diff" || { cat "$T/ex1.diff"; fail "export --local-dir differs from the model"; }
+"$BIN/shoal" --home "$H5" export hf://t/tiny --hf-cache --cache-dir "$T/exp" > "$T/ex2" 2>&1 || { cat "$T/ex2"; fail "export --hf-cache"; }
+/usr/bin/python3 - "$T/exp/models--t--tiny" "$T/m" "$COMMIT" <<'PY' || fail "export --hf-cache layout"
+import os, sys, hashlib
+top, src, commit = sys.argv[1:]
+assert open(os.path.join(top, "refs", "main")).read() == commit
+snap = os.path.join(top, "snapshots", commit)
+for name in os.listdir(src):
+    p = os.path.join(snap, name)
+    assert os.path.islink(p) and not os.path.isabs(os.readlink(p)), p
+    blob = os.path.realpath(p)
+    assert os.path.dirname(blob) == os.path.realpath(os.path.join(top, "blobs")), blob
+    assert open(blob, "rb").read() == open(os.path.join(src, name), "rb").read(), name
+PY
+kill -TERM "$PID_shoald"; wait "$PID_shoald"
+# the exported cache, read in place by a fresh shoald: no byte fetched
+: > "$T/hub.jsonl"
+HF_HUB_CACHE=$T/exp bg shoald "$BIN/shoald" --home "$T/home6" --no-fsync --log "$T/shoald6.log"
+wait_line "$T/shoald6.log" 'ready on' 20 || fail "shoald (exported cache) did not start"
+"$BIN/shoalc" --home "$T/home6" get hf://t/tiny $KEYS --check "$T/m" > "$T/ex3" || { cat "$T/ex3"; fail "GET from the exported cache"; }
+grep -q 'hits 7 .*mismatched 0' "$T/ex3" || fail "exported cache as a peer: $(grep '^hits' "$T/ex3")"
+/usr/bin/python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+assert all(x["method"] == "HEAD" for x in r), r[:3]' "$T/hub.jsonl" || fail "the exported cache was not used in place"
+kill -TERM "$PID_shoald"; wait "$PID_shoald"
+echo "ok   export: incomplete model exit 4; --local-dir equals the model; --hf-cache a real HF cache, read in place"
