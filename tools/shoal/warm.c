@@ -43,8 +43,11 @@ const shoal_cli_spec cmd_warm_spec = {
              "what engines ask for.  Without --spine or --experts: everything.  Each job is\n"
              "planned against the budget first and the plan printed: what is cached, what it\n"
              "fetches, what would not fit, what it evicts.  A selection that does not fit is\n"
-             "refused (nothing fetched) unless --fit.  Needs shoald (exit 3 when it is not\n"
-             "running).",
+             "refused (nothing fetched, exit 8) unless --fit.  --wait exits 0 only when every\n"
+             "object is cached; a job with errors exits with its last error's code (7 the\n"
+             "Hub or offline, 8 no space, 1 other) and prints it.  --job ID alone prints the\n"
+             "job's state or how it ended (and exits so).  Needs shoald (exit 3 when it is\n"
+             "not running).",
     .opts = warm_opts,
 };
 
@@ -185,7 +188,7 @@ static void plan_line(const char *label, const shoal_json *p, const char *key, c
 }
 
 /* Print the plan ("shoal.warm.plan"); 0 when it may start, else the exit
- * code of its refusal (the message on stderr). */
+ * code of its refusal (the message on stderr): 8, it does not fit. */
 static int plan_print(const shoal_json *p, const char *what)
 {
     char a[FMT_MAX], b[FMT_MAX], c[FMT_MAX], d[FMT_MAX], note[160];
@@ -211,7 +214,7 @@ static int plan_print(const shoal_json *p, const char *what)
     fflush(stdout);
     if (strcmp(action, "refuse") == 0) {
         fprintf(stderr, "shoal warm: refused: %s\n", jstr(p, "message", ""));
-        return EXIT_FAIL;
+        return EXIT_NOSPACE;
     }
     return EXIT_OK_;
 }
