@@ -78,7 +78,10 @@ static const shoal_cli_spec SPEC = {
     .opts = OPTS,
     .notes = "Upstream: HF_ENDPOINT (default https://huggingface.co); the token from\n"
              "HF_TOKEN, HUGGING_FACE_HUB_TOKEN or $HF_TOKEN_PATH ($HF_HOME/token,\n"
-             "~/.cache/huggingface/token), sent only to the endpoint's host.",
+             "~/.cache/huggingface/token), sent only to the endpoint's host.\n"
+             "HF_HUB_OFFLINE=1: never ask the Hub (the cache only).  A huggingface_hub\n"
+             "cache (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub) is\n"
+             "read in place for the same hf:// names, its blobs hashed first.",
     .man_extra =
         ".SH SIGNALS\n"
         ".TP\n.B SIGTERM, SIGINT\nstop accepting, park transfers (a later start resumes them), "
