@@ -196,9 +196,59 @@ static int hf_link(const char *top, const char *commit, const manifest_file *f, 
     return 0;
 }
 
+typedef struct export_tally {
+    size_t done, partial;
+    uint64_t bytes;
+    int bad;
+} export_tally;
+
+/* Every complete file of m into dir (top: the HF cache's models--org--name,
+ * or NULL for a plain directory).  -1 to go on, else an exit code. */
+static int export_files(cache *c, const manifest *m, const char *top, const char *dir,
+                        export_tally *t)
+{
+    char dst[LONG_PATH], sz[FMT_MAX];
+    int rc;
+    memset(t, 0, sizeof *t);
+    for (size_t i = 0; i < m->nfiles; i++) {
+        const manifest_file *f = &m->files[i];
+        shoal_err e = { 0, "" };
+        struct stat st;
+        if (!file_complete(c, f, &e)) {
+            printf("  partial  %s (not every byte is cached)\n", f->path);
+            t->partial++;
+            continue;
+        }
+        if (top) {
+            snprintf(dst, sizeof dst, "%s/blobs/%s", top, f->etag);
+            /* a blob already there of the right size is huggingface_hub's own */
+            rc = stat(dst, &st) == 0 && (uint64_t)st.st_size == f->size ? 0
+                                                                         : write_one(c, f, dst, &e);
+            if (rc == 0)
+                rc = hf_link(top, m->commit, f, &e);
+        } else {
+            snprintf(dst, sizeof dst, "%s/%s", dir, f->path);
+            rc = write_one(c, f, dst, &e);
+        }
+        if (rc) {
+            fprintf(stderr, "shoal export: %s\n", e.msg);
+            if (rc == SHOAL_ECORRUPT)
+                t->bad++;
+            else if (rc != SHOAL_ENOTFOUND)
+                return cli_exit_for(rc) == EXIT_OK_ ? EXIT_FAIL : cli_exit_for(rc);
+            continue;
+        }
+        printf("  wrote    %s (%s)\n", f->path, fmt_size(f->size, sz));
+        t->done++;
+        t->bytes += f->size;
+    }
+    return -1;
+}
+
 int cmd_export(shoal_cli *cli, int argc, char **argv)
 {
-    char spec[SHOAL_PATH_MAX], dir[SHOAL_PATH_MAX] = "", top[SHOAL_PATH_MAX], dst[LONG_PATH];
+    char spec[SHOAL_PATH_MAX], dir[SHOAL_PATH_MAX] = "", top[SHOAL_PATH_MAX] = "";
+    export_tally t;
     char sz[FMT_MAX];
     const char *v, *local_dir = NULL, *cache_dir = NULL;
     int id, rc, hf = 0, bad = 0;
@@ -269,41 +319,16 @@ int cmd_export(shoal_cli *cli, int argc, char **argv)
         dashed[k] = '\0';
         snprintf(top, sizeof top, "%s/models--%s", dir, dashed);
     }
-    for (size_t i = 0; i < m->nfiles; i++) {
-        const manifest_file *f = &m->files[i];
-        shoal_err e = { 0, "" };
-        struct stat st;
-        if (!file_complete(c, f, &e)) {
-            printf("  partial  %s (not every byte is cached)\n", f->path);
-            partial++;
-            continue;
-        }
-        if (hf) {
-            snprintf(dst, sizeof dst, "%s/blobs/%s", top, f->etag);
-            /* a blob already there of the right size is huggingface_hub's own */
-            rc = stat(dst, &st) == 0 && (uint64_t)st.st_size == f->size ? 0
-                                                                         : write_one(c, f, dst, &e);
-            if (rc == 0)
-                rc = hf_link(top, m->commit, f, &e);
-        } else {
-            snprintf(dst, sizeof dst, "%s/%s", dir, f->path);
-            rc = write_one(c, f, dst, &e);
-        }
-        if (rc) {
-            fprintf(stderr, "shoal export: %s\n", e.msg);
-            if (rc == SHOAL_ECORRUPT)
-                bad++;
-            else if (rc != SHOAL_ENOTFOUND) {
-                manifest_free(m);
-                cache_close(c);
-                return cli_exit_for(rc) == EXIT_OK_ ? EXIT_FAIL : cli_exit_for(rc);
-            }
-            continue;
-        }
-        printf("  wrote    %s (%s)\n", f->path, fmt_size(f->size, sz));
-        done++;
-        bytes += f->size;
+    rc = export_files(c, m, hf ? top : NULL, dir, &t);
+    if (rc >= 0) {
+        manifest_free(m);
+        cache_close(c);
+        return rc;
     }
+    done = t.done;
+    partial = t.partial;
+    bytes = t.bytes;
+    bad = t.bad;
     if (hf && done) {
         char ref[LONG_PATH];
         snprintf(ref, sizeof ref, "%s/refs/%s", top, m->revision);
