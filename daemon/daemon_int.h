@@ -439,6 +439,10 @@ void upstream_stats(const model *m, struct fetch_stats *out);
 /* 0 and the path of the verified Hugging Face cache blob holding the bytes
  * of m's file `file` (read in place), else -1. */
 int  upstream_peer_blob(const model *m, uint32_t file, char *out, size_t cap);
+/* "online", "offline" (HF_HUB_OFFLINE: the cache only) or "unreachable"
+ * (the Hub did not answer at open: the revision is its last known commit),
+ * "local" for a directory. */
+const char *upstream_state_name(const model *m);
 
 /* ---- peer.c: objects served in place from the Hugging Face cache ---- */
 /* 1 when o's bytes are in a verified HF cache blob: key i of g answered

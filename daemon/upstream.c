@@ -487,6 +487,19 @@ int upstream_peer_blob(const model *m, uint32_t file, char *out, size_t cap)
     return fetch_upstream_peer_blob(m->up->u, m->man->files[file].path, out, cap);
 }
 
+const char *upstream_state_name(const model *m)
+{
+    if (m->local)
+        return "local";
+    if (!m->up || !m->up->u)
+        return "online";
+    switch (fetch_upstream_offline(m->up->u)) {
+    case FETCH_OFFLINE:     return "offline";
+    case FETCH_UNREACHABLE: return "unreachable";
+    default:                return "online";
+    }
+}
+
 void upstream_stats(const model *m, fetch_stats *out)
 {
     memset(out, 0, sizeof *out);

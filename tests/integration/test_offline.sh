@@ -70,6 +70,7 @@ grep -q 'offline.*resolves to its last known commit' "$LOG" \
 cmp -s "$T/o_online" "$T/o_restart" || fail "engine output differs after the restart"
 "$BIN/shoal" --home "$H" warm $M --spine --wait > "$T/w3" 2>&1 \
     || { cat "$T/w3"; fail "warm of a cached spine with the Hub down"; }
+grep -q 'the Hub did not answer: commit .* last known' "$T/w3" || { cat "$T/w3"; fail "warm does not say the Hub did not answer"; }
 "$BIN/shoalc" --home "$H" get hf://t/never 1:0 > "$T/g4" 2>&1 && fail "a model never opened, Hub down"
 grep -q 'never opened here' "$T/g4" || { cat "$T/g4"; fail "never-opened model: unclear ($(cat "$T/g4"))"; }
 echo "ok   restart, Hub down: main pinned to its last known commit; GET, engine, warm of the cached spine"
@@ -86,6 +87,8 @@ grep -q 'hits 2 .*mismatched 0' "$T/g5" || fail "HF_HUB_OFFLINE=1: $(grep '^hits
 "$E" run $M --home "$H" --tokens $P --max-tokens 4 > "$T/o_off" 2> "$T/e_off" \
     || { cat "$T/e_off"; fail "engine run with HF_HUB_OFFLINE=1"; }
 cmp -s "$T/o_online" "$T/o_off" || fail "engine output differs with HF_HUB_OFFLINE=1"
+"$BIN/shoal" --home "$H" warm $M --spine --dry-run > "$T/w5" 2>&1 || { cat "$T/w5"; fail "warm --dry-run offline"; }
+grep -q 'offline (HF_HUB_OFFLINE): commit' "$T/w5" || { cat "$T/w5"; fail "warm does not say it is offline"; }
 "$BIN/shoalc" --home "$H" get hf://t/two 2:3 > "$T/g6" 2>&1 && fail "uncached object with HF_HUB_OFFLINE=1"
 grep -q '2:3 error EOFFLINE' "$T/g6" && grep -q 'layer 2 expert 3 .*HF_HUB_OFFLINE' "$LOG" \
     || { cat "$T/g6"; tail "$LOG"; fail "HF_HUB_OFFLINE=1: the missing expert is not named"; }

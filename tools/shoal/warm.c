@@ -196,6 +196,12 @@ static int plan_print(const shoal_json *p, const char *what)
 
     printf("Plan: %s, %s%s\n", jstr(p, "model", "?"), what,
            strcmp(action, "trim") == 0 ? " (trimmed to the budget: --fit)" : "");
+    if (strcmp(jstr(p, "upstream", "online"), "offline") == 0)
+        printf("  offline (HF_HUB_OFFLINE): commit %.12s, the last known; only what the cache "
+               "holds can be warmed\n", jstr(p, "commit", "?"));
+    else if (strcmp(jstr(p, "upstream", "online"), "unreachable") == 0)
+        printf("  the Hub did not answer: commit %.12s is the revision's last known; what is "
+               "not cached fails until it is back\n", jstr(p, "commit", "?"));
     plan_line("selected", p, "selected", "");
     plan_line("already cached", p, "cached", "  (kept)");
     plan_line("to fetch", p, "fetch", "");
