@@ -79,6 +79,11 @@ int cli_parse(const char *cmd, int argc, char **argv, const cli_option *own, cli
  * why there is none. */
 int cli_home(const char *cmd, cli_opts *o, shoal_err *err);
 
+/* --experts-over-ranks: "%r" in the resolved home (--home or SHOAL_HOME)
+ * becomes the rank, so each rank reaches its own shoald (docs/mpi.md).
+ * 0, or SHOAL_ETOOBIG with err filled. */
+int cli_home_rank(cli_opts *o, int rank, shoal_err *err);
+
 /* A whole decimal or real number in [lo, hi].  0 or -1. */
 int cli_number(const char *s, double lo, double hi, double *out);
 

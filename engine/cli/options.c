@@ -267,6 +267,31 @@ int cli_home(const char *cmd, cli_opts *o, shoal_err *err)
     return 0;
 }
 
+int cli_home_rank(cli_opts *o, int rank, shoal_err *err)
+{
+    char out[SHOAL_PATH_MAX];
+    size_t n = 0;
+
+    if (!o->load.home)
+        return 0;
+    for (const char *p = o->home; *p; p++) {
+        int w = 1;
+        if (p[0] == '%' && p[1] == 'r') {
+            w = snprintf(out + n, sizeof out - n, "%d", rank);
+            p++;
+        } else if (n + 1 < sizeof out) {
+            out[n] = *p;
+        }
+        if (w < 0 || n + (size_t)w >= sizeof out)
+            return shoal_err_set(err, SHOAL_ETOOBIG, "--home %s: too long for rank %d", o->home, rank);
+        n += (size_t)w;
+    }
+    out[n] = '\0';
+    memcpy(o->home, out, n + 1);
+    o->load.home = o->home;
+    return 0;
+}
+
 /* Progress of a long load step on stderr, through the one display of
  * every program (common/progress.h); main() hands the environment's
  * settings over once (cli_progress_setup). */
