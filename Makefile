@@ -106,6 +106,10 @@ $(BIN)/shoal-engine: private CC := $(MPICC)
 else
 ranks_SRC := engine/ranks/map.c engine/ranks/none.c
 endif
+clean: clean-mpi
+clean-mpi:
+	rm -rf build-mpi build-asan-mpi
+.PHONY: clean-mpi
 
 # ---- binaries -------------------------------------------------------------
 # tools/<name>/*.c -> bin/<name>; daemon/*.c -> bin/shoald;
