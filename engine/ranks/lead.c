@@ -67,6 +67,7 @@ struct ranks_lead {
     int *idx;
     MPI_Status *sts;
     int nreq_cap;
+    uint64_t guessed;            /* ids sent in prefetch notes as guesses */
     int broken;                  /* a failure: free sends no END (the run is aborted) */
     char doing[192];
 };
@@ -162,6 +163,13 @@ static int src_fetch(void *impl, int layer, const int32_t *ids, size_t n, expert
                          "ranks apply the experts; rank 0 fetches none", layer);
 }
 
+/* The guesses passed on (the owners' sources count what they used). */
+static void src_stats(void *impl, expert_source_stats *out)
+{
+    const ranks_lead *l = impl;
+    out->prefetch_sent += l->guessed;
+}
+
 static void src_free(void *impl)
 {
     (void)impl;     /* the lead owns itself */
@@ -197,6 +205,8 @@ static int src_request_do(void *impl, int layer, const int32_t *ids, size_t n, i
             return rc;
         l->st.notes++;
         l->st.note_bytes += (3 + cnt) * 4;
+        if (prefetch)
+            l->guessed += cnt;
         l->st.messages++;
     }
     return 0;
@@ -448,7 +458,7 @@ int ranks_lead_new(const engine_model *m, const ranks_lead_options *o, ranks_lea
                    shoal_err *err)
 {
     static const expert_source_ops ops = { src_fetch, src_free };
-    static const expert_source_more_ops more = { src_request, NULL };
+    static const expert_source_more_ops more = { src_request, src_stats };
     ranks_lead *l;
     int rc;
 
