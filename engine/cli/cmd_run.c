@@ -44,7 +44,7 @@ typedef struct run_opts {
     const char *dump_logits, *dump_hidden;
     const char *toks;            /* --tokens as given */
     int over_ranks;              /* --experts-over-ranks (docs/mpi.md) */
-    ranks_lead *lead;            /* rank 0 of such a run */
+    cli_ranks ranks;             /* rank 0 of such a run: the lead once bound */
 } run_opts;
 
 enum { RUN_TOKENS = CLI_OWN, RUN_MAX_TOKENS, RUN_STOP_EOS, RUN_JSON, RUN_DUMP_LOGITS,
@@ -483,21 +483,6 @@ static void on_term(int sig)
     _exit(1);
 }
 
-/* Rank 0: the owners met, the session's experts applied by them. */
-static int ranks_attach(run_opts *o, const engine_model *m, engine_session_options *so,
-                        shoal_err *err)
-{
-    ranks_lead_options ro = { o->c.load.timeout_ms, so->chunk, so->experts };
-    int rc;
-
-    if ((rc = ranks_lead_new(m, &ro, &o->lead, err)) != 0)
-        return rc;
-    g_lead = o->lead;
-    so->src = ranks_lead_source(o->lead);
-    so->applier = ranks_lead_applier(o->lead);
-    return 0;
-}
-
 static void print_ranks(const run_opts *o, const ranks_lead *l, const gen_out *g)
 {
     size_t positions = o->n_tokens + (g->n ? g->n - 1 : 0);
@@ -545,8 +530,7 @@ static int run_model(run_opts *o, shoal_err *err)
     if ((rc = context_check(o, &l, err)) != 0)
         goto done;
     engine_session_options so = l.session;
-    if (o->over_ranks && (rc = ranks_attach(o, m, &so, err)) != 0)
-        goto done;
+    g_lead = o->ranks.lead;
     if (o->dump_hidden) {
         hs.layers = (int)m->cfg.n_layers;
         hs.dim = (size_t)m->cfg.hidden;
@@ -581,8 +565,8 @@ static int run_model(run_opts *o, shoal_err *err)
     }
     if (o->c.stats) {
         print_stats(o, &g, s, so.src, m);
-        if (o->lead)
-            print_ranks(o, o->lead, &g);
+        if (o->ranks.lead)
+            print_ranks(o, o->ranks.lead, &g);
         print_spine(&l);
         fprintf(stderr, "stats: major page faults: %" PRIu64 " while loading, %" PRIu64
                 " while generating\n", g.majflt_load, g.majflt_run);
@@ -597,7 +581,7 @@ static int run_model(run_opts *o, shoal_err *err)
 done:
     engine_session_free(s);
     if (rc == 0)
-        ranks_lead_free(o->lead);   /* the owners' END; on failure the run is aborted */
+        ranks_lead_free(o->ranks.lead);   /* the owners' END; on failure the run is aborted */
     engine_load_close(&l);
     free(hs.data);
     free(g.ids);
@@ -614,38 +598,17 @@ done:
  * rank (MPI_Abort). */
 static int run_over_ranks(run_opts *o, int argc, char **argv)
 {
-    ranks_world w;
     shoal_err err = { 0 };
+    struct sigaction sa;
     int rc;
 
-    if ((rc = ranks_start(&argc, &argv, &w, &err)) != 0) {
-        fprintf(stderr, "run: %s\n", err.msg);
+    if ((rc = cli_ranks_begin("run", &o->c, &argc, &argv, &o->ranks)) >= 0) {
         free(o->tokens);
-        if (w.size > 1)
-            ranks_abort(1);
-        ranks_finish();
-        return 1;
+        return rc;
     }
-    if (cli_home_rank(&o->c, w.rank, &err) != 0) {
-        fprintf(stderr, "run: rank %d: %s\n", w.rank, err.msg);
-        ranks_abort(1);
-    }
-    if (w.rank > 0) {
-        ranks_owner_options oo = { &o->c.load, o->c.stats ? stderr : NULL };
-        rc = ranks_owner_serve(o->c.model, &oo, &w, &err);
-        if (rc != 0)
-            fprintf(stderr, "run: rank %d: %s\n", w.rank, err.msg);
-        free(o->tokens);
-        ranks_finish();
-        return rc == 0 ? 0 : 1;
-    }
-    struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_term;
     sigaction(SIGTERM, &sa, NULL);
-    /* rank 0 fetches no expert: its RAM tier would stay empty */
-    o->c.load.plan.expert_ram_set = 1;
-    o->c.load.plan.expert_ram = 0;
     rc = run_model(o, &err);
     free(o->tokens);
     if (rc != 0) {

@@ -33,15 +33,16 @@ int ranks_start(int *argc, char ***argv, ranks_world *w, shoal_err *err)
 
     w->rank = 0;
     w->size = 1;
-    rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS)
         return ranks_mpi_check(rc, err, "MPI_Init_thread");
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &w->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &w->size);
-    if (provided < MPI_THREAD_FUNNELED)
+    if (provided < MPI_THREAD_SERIALIZED)
         return shoal_err_set(err, SHOAL_EUNSUPPORTED, "--experts-over-ranks: the MPI library "
-                             "gives no MPI_THREAD_FUNNELED (compute threads beside MPI)");
+                             "gives no MPI_THREAD_SERIALIZED (serve calls MPI from its worker "
+                             "thread)");
     if (w->size < 2)
         return shoal_err_set(err, SHOAL_EINVAL, "--experts-over-ranks needs at least two ranks "
                              "(mpirun -np N with N >= 2): rank 0 runs the model, ranks 1..N-1 "

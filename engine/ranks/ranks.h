@@ -16,8 +16,9 @@
  * no MPI type crosses this header.  Without MPI=1 the room is the map
  * and a refusal (ranks_start says how to build it).
  *
- * Threads: every call on the thread that called ranks_start
- * (MPI_THREAD_FUNNELED).
+ * Threads: one thread at a time (MPI_THREAD_SERIALIZED): `run` calls
+ * everything on its main thread; `serve` starts and finishes on the main
+ * thread and runs rank 0's side on its worker thread in between.
  */
 #ifndef SHOAL_ENGINE_RANKS_H
 #define SHOAL_ENGINE_RANKS_H

@@ -85,6 +85,27 @@ ranks tiny_dir "$T/tiny" 6 --threads 1
 same tiny tiny_dir
 echo "ok   tiny-k3: mpirun -np 3 == one process, ids $(cat "$T/o_tiny") and logits bit for bit (cold, warm, directory); $(grep '^stats: ranks: .*per token' "$T/e_tiny_warm" | sed 's/^stats: ranks: //')"
 
+# ---- serve: the same completion from mpirun -np 3 as from one process ----------
+complete() {   # LOGNAME: a greedy completion from the server that logged "listening on"
+    local url
+    wait_line "$T/$1.log" '^listening on http' 120 || fail "$1 did not start"
+    url=$(sed -n 's/^listening on \(http:.*\)$/\1/p' "$T/$1.log" | head -n 1)
+    curl -sf "$url/v1/completions" -H 'Content-Type: application/json' \
+        -d '{"prompt":"hello there","max_tokens":8,"temperature":0}' \
+        | sed 's/.*"text":"\([^"]*\)".*/\1/' > "$T/$1.text" || fail "$1: no completion"
+}
+bg serve1 "$E1" serve hf://t/tiny --home "$T/h0" --port 0 --threads 1
+complete serve1
+kill -TERM "$PID_serve1"; wait "$PID_serve1" 2>/dev/null
+bg serve3 "${MPIRUN[@]}" "$EM" serve hf://t/tiny --home "$T/h%r" --port 0 --threads 1 --experts-over-ranks
+complete serve3
+cmp -s "$T/serve1.text" "$T/serve3.text" \
+    || fail "serve over ranks: '$(cat "$T/serve3.text")' differs from one process's '$(cat "$T/serve1.text")'"
+kill -TERM "$PID_serve3"; wait "$PID_serve3" 2>/dev/null
+for _ in $(seq 100); do pgrep -f "$EM serve" > /dev/null || break; sleep 0.1; done
+pgrep -f "$EM serve" > /dev/null && fail "serve's ranks outlived mpirun's SIGTERM"
+echo "ok   serve --experts-over-ranks: the same greedy completion as one process: '$(cat "$T/serve3.text")'"
+
 # ---- the slice: K3's expert size, prefill in chunks --------------------------
 single slice hf://t/slice 3 --threads 2 --chunk 4
 ranks slice hf://t/slice 3 --threads 1 --chunk 4
