@@ -253,8 +253,8 @@ static void take_fit(plan *p, const k3_config *c, const fit *f, k3_spine_mode mo
     p->first_streamed_layer = (int)c->n_layers;
 }
 
-int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_options *o, plan *p,
-              shoal_err *err)
+static int plan_make_at(const k3_config *c, const shoal_mem_limits *lim, const plan_options *o,
+                        plan *p, shoal_err *err)
 {
     char a[32], b[32];
     int rc = plan_inputs(c, lim, o, p, err);
@@ -318,6 +318,41 @@ int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_option
     return 0;
 }
 
+/* chunk 0: the largest prefill chunk (most, most/2, ... above the
+ * minimum) whose plan keeps the minimum chunk's spine, verdict and
+ * context and gives its scratch at most half of that plan's RAM tier
+ * (docs/engine.md "Layer-major prefill"). */
+int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_options *o, plan *p,
+              shoal_err *err)
+{
+    plan_options q = *o;
+    size_t most = o->chunk_max && o->chunk_max < PLAN_CHUNK_MAX ? o->chunk_max : PLAN_CHUNK_MAX;
+    int rc;
+
+    if (!q.chunk)
+        q.chunk = most < PLAN_CHUNK_MIN ? most : PLAN_CHUNK_MIN;
+    rc = plan_make_at(c, lim, &q, p, err);
+    p->chunk = q.chunk;
+    p->chunk_auto = o->chunk == 0;
+    if (rc != 0 || o->chunk)
+        return rc;
+    for (size_t n = most; n > p->chunk; n /= 2) {
+        plan t;
+        shoal_err e;
+        q.chunk = n;
+        if (plan_make_at(c, lim, &q, &t, &e) == 0 && t.verdict == p->verdict &&
+            t.spine == p->spine && t.context == p->context &&
+            t.first_streamed_layer == p->first_streamed_layer &&
+            t.scratch - p->scratch <= p->tier_planned / 2) {
+            t.chunk = n;
+            t.chunk_auto = 1;
+            *p = t;
+            break;
+        }
+    }
+    return 0;
+}
+
 void plan_print(const plan *p, const k3_config *c, FILE *f)
 {
     char a[32], b[32], d[32], e[32];
@@ -350,10 +385,12 @@ void plan_print(const plan *p, const k3_config *c, FILE *f)
     fmt_size(p->pool_buffer_bytes, b, sizeof b);
     fmt_size(p->pool, d, sizeof d);
     if (p->pool_buffers)
-        fprintf(f, "plan: prefill scratch %s; expert buffers %" PRIu64 " x %s = %s\n", a,
+        fprintf(f, "plan: prefill chunk %zu%s, scratch %s; expert buffers %" PRIu64 " x %s = %s\n",
+                p->chunk, p->chunk_auto ? " (the largest the plan allows)" : "", a,
                 p->pool_buffers, b, d);
     else
-        fprintf(f, "plan: prefill scratch %s; no expert buffers (%s)\n", a,
+        fprintf(f, "plan: prefill chunk %zu%s, scratch %s; no expert buffers (%s)\n", p->chunk,
+                p->chunk_auto ? " (the largest the plan allows)" : "", a,
                 p->remote ? "no MoE layers" : "a directory's experts are read from its mapping");
     fmt_size(p->tier, a, sizeof a);
     fmt_size(p->tier_planned, b, sizeof b);
@@ -405,6 +442,7 @@ shoal_json *plan_to_json(const plan *p)
         rc |= shoal_json_set_int(j, "kv_per_token", (int64_t)p->kv_per_token);
         rc |= shoal_json_set_int(j, "state_bytes", (int64_t)p->state_bytes);
         rc |= shoal_json_set_int(j, "scratch", (int64_t)p->scratch);
+        rc |= shoal_json_set_int(j, "chunk", (int64_t)p->chunk);
         rc |= shoal_json_set_int(pool, "buffers", (int64_t)p->pool_buffers);
         rc |= shoal_json_set_int(pool, "buffer_bytes", (int64_t)p->pool_buffer_bytes);
         rc |= shoal_json_set_int(pool, "bytes", (int64_t)p->pool);
