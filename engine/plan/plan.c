@@ -320,7 +320,8 @@ static int plan_make_at(const k3_config *c, const shoal_mem_limits *lim, const p
 
 /* chunk 0: the largest prefill chunk (most, most/2, ... above the
  * minimum) whose plan keeps the minimum chunk's spine, verdict and
- * context and gives its scratch at most half of that plan's RAM tier
+ * context and takes at most 1/PLAN_CONTEXT_SHARE of that plan's RAM tier
+ * for its larger scratch (the share the context may take)
  * (docs/engine.md "Layer-major prefill"). */
 int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_options *o, plan *p,
               shoal_err *err)
@@ -343,7 +344,7 @@ int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_option
         if (plan_make_at(c, lim, &q, &t, &e) == 0 && t.verdict == p->verdict &&
             t.spine == p->spine && t.context == p->context &&
             t.first_streamed_layer == p->first_streamed_layer &&
-            t.scratch - p->scratch <= p->tier_planned / 2) {
+            t.scratch - p->scratch <= p->tier_planned / PLAN_CONTEXT_SHARE) {
             t.chunk = n;
             t.chunk_auto = 1;
             *p = t;
