@@ -319,8 +319,8 @@ static int plan_make_at(const k3_config *c, const shoal_mem_limits *lim, const p
 }
 
 /* chunk 0: the largest prefill chunk (most, most/2, ... above the
- * minimum) whose plan keeps the minimum chunk's spine, verdict and
- * context and takes at most 1/PLAN_CONTEXT_SHARE of that plan's RAM tier
+ * minimum) whose plan, at the minimum chunk's context, keeps its spine
+ * and verdict and takes at most 1/PLAN_CONTEXT_SHARE of that plan's RAM tier
  * for its larger scratch (the share the context may take)
  * (docs/engine.md "Layer-major prefill"). */
 int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_options *o, plan *p,
@@ -337,6 +337,7 @@ int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_option
     p->chunk_auto = o->chunk == 0;
     if (rc != 0 || o->chunk)
         return rc;
+    q.context = p->context;            /* the scratch comes out of the tier, not the context */
     for (size_t n = most; n > p->chunk; n /= 2) {
         plan t;
         shoal_err e;
@@ -347,6 +348,11 @@ int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_option
             t.scratch - p->scratch <= p->tier_planned / PLAN_CONTEXT_SHARE) {
             t.chunk = n;
             t.chunk_auto = 1;
+            t.context_set = o->context != 0;
+            /* the smallest machines: they run at the smaller chunk */
+            t.min_int8 = p->min_int8;
+            t.min_int4 = p->min_int4;
+            t.min_floor = p->min_floor;
             *p = t;
             break;
         }
