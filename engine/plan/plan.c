@@ -435,22 +435,25 @@ int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_option
     size_t most = o->chunk_max && o->chunk_max < PLAN_CHUNK_MAX ? o->chunk_max : PLAN_CHUNK_MAX;
     int rc;
 
+    /* the base plan is always chunk 16's, so a short prompt sees the same
+     * verdict and floor as `plan` does */
     if (!q.chunk)
-        q.chunk = most < PLAN_CHUNK_MIN ? most : PLAN_CHUNK_MIN;
+        q.chunk = PLAN_CHUNK_MIN;
     rc = plan_make_at(c, lim, &q, p, err);
     p->chunk = q.chunk;
     p->chunk_auto = o->chunk == 0;
     if (rc != 0 || o->chunk)
         return rc;
     q.context = p->context;            /* the scratch comes out of the tier, not the context */
-    for (size_t n = most; n > p->chunk; n /= 2) {
+    for (size_t n = most; n > p->chunk || (n == most && n < p->chunk); n /= 2) {
         plan t;
         shoal_err e;
         q.chunk = n;
         if (plan_make_at(c, lim, &q, &t, &e) == 0 && t.verdict == p->verdict &&
             t.spine == p->spine && t.context == p->context &&
             t.first_streamed_layer == p->first_streamed_layer &&
-            t.scratch - p->scratch <= p->tier_planned / PLAN_CONTEXT_SHARE) {
+            (t.scratch <= p->scratch ||
+             t.scratch - p->scratch <= p->tier_planned / PLAN_CONTEXT_SHARE)) {
             t.chunk = n;
             t.chunk_auto = 1;
             t.context_set = o->context != 0;
@@ -458,6 +461,7 @@ int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_option
             t.min_int8 = p->min_int8;
             t.min_int4 = p->min_int4;
             t.min_floor = p->min_floor;
+            t.min_run = p->min_run;
             *p = t;
             break;
         }

@@ -83,7 +83,7 @@ static void test_small_machine_stays_within_the_tier(void **state)
     check_auto(64 * GiB, 0, &c64);
     check_auto(24 * GiB, 0, &c24);
     assert_int_equal(c64, 2048);       /* tier 20.8 -> 17.1 GiB */
-    assert_int_equal(c24, 16);         /* streamed: no tier to give */
+    assert_true(c24 <= 64);            /* streamed: little tier to give */
     /* just above int8's threshold a larger scratch would push the tier
      * under one token's experts (and the spine to int4): smaller */
     check_auto(88 * GiB, 0, &c64);
