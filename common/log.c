@@ -152,14 +152,18 @@ void shoal_log_limited(shoal_log_limit *l, shoal_log_level level, const char *ta
     gettimeofday(&tv, NULL);
     now = (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
     pthread_mutex_lock(&log_state.lock);
-    if (now < l->next_ms) {
+    if (now - l->window_ms >= SHOAL_LOG_LIMIT_MS || now < l->window_ms) {
+        l->window_ms = now;
+        l->lines = 0;
+    }
+    if (l->lines >= SHOAL_LOG_LIMIT_BURST) {
         l->held++;
         pthread_mutex_unlock(&log_state.lock);
         return;
     }
+    l->lines++;
     held = l->held;
     l->held = 0;
-    l->next_ms = now + SHOAL_LOG_LIMIT_MS;
     pthread_mutex_unlock(&log_state.lock);
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);

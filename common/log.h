@@ -41,14 +41,16 @@ void shoal_log(shoal_log_level level, const char *tag, const char *fmt, ...)
 void shoal_logv(shoal_log_level level, const char *tag, const char *fmt, va_list ap);
 
 /* Rate-limited lines, for what a hostile or broken peer can repeat at
- * will (accept failures, refused frames): at most one line per
- * SHOAL_LOG_LIMIT_MS per limiter; the next line printed says how many
- * were held back, "... (repeated 12,345 times)".  A limiter is a static
- * zero-initialised struct per call site; thread-safe. */
-#define SHOAL_LOG_LIMIT_MS 10000
+ * will (accept failures, refused frames): at most SHOAL_LOG_LIMIT_BURST
+ * lines per SHOAL_LOG_LIMIT_MS per limiter; the first line printed after
+ * some were held back says how many, "... (repeated 12,345 times)".  A
+ * limiter is a static zero-initialised struct per call site; thread-safe. */
+#define SHOAL_LOG_LIMIT_MS    10000
+#define SHOAL_LOG_LIMIT_BURST 10
 typedef struct shoal_log_limit {
-    long long next_ms;             /* wall ms before which lines are counted only */
-    unsigned long long held;       /* lines not printed since the last one */
+    long long window_ms;           /* when the current window began */
+    unsigned  lines;               /* printed in it */
+    unsigned long long held;       /* not printed since the last line that was */
 } shoal_log_limit;
 
 void shoal_log_limited(shoal_log_limit *l, shoal_log_level level, const char *tag,

@@ -38,6 +38,8 @@
 enum {
     OPT_HOME = 1, OPT_MAX_SIZE, OPT_PARALLEL, OPT_SPLIT_MIN, OPT_KEEP_SPINE, OPT_NO_KEEP_SPINE,
     OPT_LOG, OPT_LOG_LEVEL, OPT_DETACH, OPT_PID_FILE, OPT_METRICS, OPT_NO_FSYNC,
+    OPT_MAX_CONNS, OPT_MAX_CONN_FDS, OPT_MAX_FDS, OPT_MAX_BUFFERED, OPT_FRAME_TIMEOUT,
+    OPT_LOW_SPEED,
 };
 
 static const shoal_cli_opt OPTS[] = {
@@ -50,10 +52,23 @@ static const shoal_cli_opt OPTS[] = {
                                              "connections (default 2M; 0 = never split)" },
     { "keep-spine", 0, NULL, OPT_KEEP_SPINE, "keep the BF16 spine matrices pinned after their\n"
                                              "derived pack exists (default: they become evictable)" },
-    { "no-keep-spine", 0, NULL, OPT_NO_KEEP_SPINE, "return to the default\n"
-                                                   "(these four are kept in DIR/shoald.conf: a flag\n"
-                                                   "given here is written there and applies at\n"
-                                                   "later starts)" },
+    { "no-keep-spine", 0, NULL, OPT_NO_KEEP_SPINE, "return to the default" },
+    { "max-conns", 0, "N", OPT_MAX_CONNS, "connections at once (default 1024; at most half\n"
+                                          "the descriptors RLIMIT_NOFILE leaves)" },
+    { "max-conn-fds", 0, "N", OPT_MAX_CONN_FDS, "descriptors queued to one client that does\n"
+                                                "not read them (default 4096): over it, dropped" },
+    { "max-fds", 0, "N", OPT_MAX_FDS, "descriptors queued to all clients (default 16384,\n"
+                                      "cut to what RLIMIT_NOFILE leaves)" },
+    { "max-buffered", 0, "SIZE", OPT_MAX_BUFFERED, "frames and replies held for all clients\n"
+                                                   "(default 256M)" },
+    { "frame-timeout", 0, "SECS", OPT_FRAME_TIMEOUT, "a frame once begun, and HELLO after the\n"
+                                                     "connect, must arrive within (default 30)" },
+    { "low-speed", 0, "RATE/SECS", OPT_LOW_SPEED, "a transfer slower than RATE bytes/s over\n"
+                                                  "SECS is a stall, retried (default 10K/30;\n"
+                                                  "off)\n"
+                                                  "(settings from --max-size on are kept in\n"
+                                                  "DIR/shoald.conf: a flag given here is written\n"
+                                                  "there and applies at later starts)" },
     { "log", 0, "FILE", OPT_LOG, "log to FILE (SIGHUP reopens it); default stderr, or\n"
                                  "DIR/shoald.log with --detach" },
     { "log-level", 0, "error|warn|info|debug|trace", OPT_LOG_LEVEL, "default info" },
@@ -119,6 +134,12 @@ static int parse_args(int argc, char **argv, opts *o)
         case OPT_MAX_SIZE:      o->set[DSET_MAX_SIZE] = v; break;
         case OPT_PARALLEL:      o->set[DSET_PARALLEL] = v; break;
         case OPT_SPLIT_MIN:     o->set[DSET_SPLIT_MIN] = v; break;
+        case OPT_MAX_CONNS:     o->set[DSET_MAX_CONNS] = v; break;
+        case OPT_MAX_CONN_FDS:  o->set[DSET_MAX_CONN_FDS] = v; break;
+        case OPT_MAX_FDS:       o->set[DSET_MAX_FDS] = v; break;
+        case OPT_MAX_BUFFERED:  o->set[DSET_MAX_BUFFERED] = v; break;
+        case OPT_FRAME_TIMEOUT: o->set[DSET_FRAME_TIMEOUT] = v; break;
+        case OPT_LOW_SPEED:     o->set[DSET_LOW_SPEED] = v; break;
         case OPT_LOG:           o->log = v; break;
         case OPT_LOG_LEVEL:     o->log_level = v; break;
         case OPT_PID_FILE:      o->pid_file = v; break;
