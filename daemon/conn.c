@@ -55,7 +55,9 @@ typedef struct outmsg {
 } outmsg;
 
 static daemon_request conn_rq;    /* decoded request: big, and one at a time */
-static shoal_log_limit conn_log_refuse, conn_log_drop;
+static shoal_log_limit conn_log_refuse, conn_log_drop, conn_log_evict, conn_log_fds,
+    conn_log_bytes, conn_log_frame;
+static void conn_drop_as(conn *c, shoal_log_limit *lim, int code, const char *why);
 
 /* ---- per-uid counts ------------------------------------------------------------ */
 
@@ -261,7 +263,7 @@ static int conn_limits(conn *c, size_t len, int fd)
                  "%u per connection, --max-conn-fds): read replies as they come", c->out_fds,
                  d->lim.conn_fds);
         d->bounds.dropped_fds++;
-        conn_drop(c, SHOAL_ETOOBIG, why);
+        conn_drop_as(c, &conn_log_fds, SHOAL_ETOOBIG, why);
         return SHOAL_ETOOBIG;
     }
     while (fd >= 0 && d->out_fds + 1 > d->lim.fds) {
@@ -271,7 +273,7 @@ static int conn_limits(conn *c, size_t len, int fd)
         snprintf(why, sizeof why, "descriptors queued on all connections reached %u "
                  "(--max-fds); this one held the most (%u) unread", d->lim.fds, v->out_fds);
         d->bounds.dropped_fds++;
-        conn_drop(v, SHOAL_ETOOBIG, why);
+        conn_drop_as(v, &conn_log_fds, SHOAL_ETOOBIG, why);
         if (v == c)
             return SHOAL_ETOOBIG;
     }
@@ -283,7 +285,7 @@ static int conn_limits(conn *c, size_t len, int fd)
                  "(--max-buffered); this one held the most (%zu bytes)",
                  (unsigned long long)(d->lim.buffered >> 20), v->out_bytes + v->in_held);
         d->bounds.dropped_bytes++;
-        conn_drop(v, SHOAL_ETOOBIG, why);
+        conn_drop_as(v, &conn_log_bytes, SHOAL_ETOOBIG, why);
         if (v == c)
             return SHOAL_ETOOBIG;
     }
@@ -418,11 +420,17 @@ static void conn_refuse(conn *c, uint64_t id, int code, const char *msg)
 
 void conn_drop(conn *c, int code, const char *why)
 {
+    conn_drop_as(c, &conn_log_drop, code, why);
+}
+
+/* Each kind of drop has its own limiter: a flood of one cannot hide another. */
+static void conn_drop_as(conn *c, shoal_log_limit *lim, int code, const char *why)
+{
     shoald *d = c->d;
     outmsg *keep;
     if (c->dropped || c->closing == CONN_DEAD)
         return;
-    LOG_WARN_LIMITED(&conn_log_drop, "conn", "session %llu (%s, pid %lld, uid %u) dropped: %s",
+    LOG_WARN_LIMITED(lim, "conn", "session %llu (%s, pid %lld, uid %u) dropped: %s",
                      (unsigned long long)c->session, c->program[0] ? c->program : "?",
                      (long long)c->pid, (unsigned)c->uid, why);
     /* Everything queued goes now, but a message already partly written
@@ -477,7 +485,7 @@ static void conn_on_frame_timeout(evutil_socket_t fd, short what, void *arg)
     else
         snprintf(why, sizeof why, "a frame begun %u s ago has not ended (%zu bytes of it came; "
                  "--frame-timeout)", c->d->lim.frame_secs, c->in.len);
-    conn_drop(c, SHOAL_ETIMEOUT, why);
+    conn_drop_as(c, &conn_log_frame, SHOAL_ETIMEOUT, why);
 }
 
 static void conn_frame_arm(conn *c, int restart)
@@ -689,7 +697,7 @@ int conn_admit(shoald *d, uint32_t uid)
              "newcomer (uid %u) takes this %s", d->lim.conns, (unsigned)uid,
              v->hello ? "one: its user holds the most" : "one, which never said HELLO");
     d->bounds.evicted++;
-    conn_drop(v, SHOAL_EBUSY, why);
+    conn_drop_as(v, &conn_log_evict, SHOAL_EBUSY, why);
     return 1;
 }
 
