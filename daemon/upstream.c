@@ -304,6 +304,8 @@ int upstream_model_prepare(const daemon_config *cfg, const char *spec, cache *si
     o.split_ways = cfg->parallel;
     o.demand_headroom = cfg->parallel / 2 < 1 ? 1 : cfg->parallel / 2;   /* upstream_headroom */
     o.split_min = cfg->split_min;
+    o.low_speed_rate = cfg->low_speed_rate ? cfg->low_speed_rate : FETCH_LOW_SPEED_OFF;
+    o.low_speed_secs = (long)cfg->low_speed_secs;
     o.stop = stop;
     o.defer_records = 1;   /* the side handle only reads; the loop records (attach) */
     rc = fetch_upstream_open(&o, side, &um->u, err);
