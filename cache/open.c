@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,22 +199,41 @@ void cache_assert_usage(const cache *c)
 static int cache_lock(cache *c, shoal_err *err)
 {
     char path[SHOAL_PATH_MAX], buf[32];
+    struct stat st;
 
     if (shoal_path_join(path, sizeof path, c->dir, "lock"))
         return shoal_err_set(err, SHOAL_ETOOBIG, "cache path too long: %s", c->dir);
-    c->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    /* 0600: a lock another user can open, they can flock too, and keep
+     * every writer out */
+    c->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (c->lock_fd < 0)
         return shoal_err_set(err, shoal_err_from_errno(errno), "open %s: %s", path, strerror(errno));
+    if (fstat(c->lock_fd, &st) == 0 && st.st_uid != geteuid())
+        return shoal_err_set(err, SHOAL_ELOCKED, "the lock %s belongs to uid %u, not to you (uid "
+                             "%u): another user made it and can hold it; remove it and keep %s "
+                             "yours alone (mode 0700)", path, (unsigned)st.st_uid,
+                             (unsigned)geteuid(), c->dir);
+    if (fstat(c->lock_fd, &st) == 0 && (st.st_mode & 077))
+        fchmod(c->lock_fd, 0600);
     if (flock(c->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         ssize_t n = pread(c->lock_fd, buf, sizeof buf - 1, 0);
+        long pid;
+        char *end;
         buf[n > 0 ? n : 0] = '\0';
         buf[strcspn(buf, "\n")] = '\0';
-        if (e == EWOULDBLOCK)
+        if (e != EWOULDBLOCK)
+            return shoal_err_set(err, SHOAL_EIO, "lock %s: %s", path, strerror(e));
+        pid = strtol(buf, &end, 10);
+        if (buf[0] && *end == '\0' && pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM))
             return shoal_err_set(err, SHOAL_ELOCKED,
-                                 "cache %s is in use by process %s (lock %s); one writer at a time",
-                                 c->dir, buf[0] ? buf : "(unknown pid)", path);
-        return shoal_err_set(err, SHOAL_EIO, "lock %s: %s", path, strerror(e));
+                                 "cache %s is in use by process %ld (lock %s); one writer at a time",
+                                 c->dir, pid, path);
+        /* the pid written is not the holder: name what is known */
+        return shoal_err_set(err, SHOAL_ELOCKED,
+                             "cache %s is locked by a process that did not write its pid into %s "
+                             "(it says \"%s\"%s): `fuser -v %s` names the holder", c->dir, path,
+                             buf, buf[0] ? ", which is not running" : "", path);
     }
     int n = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
     if (cache_io_now.ftruncate(c->lock_fd, 0) != 0 ||
@@ -584,9 +604,9 @@ static int cache_open_dirs(cache *c, shoal_err *err)
         shoal_path_join(c->tmp, sizeof c->tmp, c->dir, "tmp"))
         return shoal_err_set(err, SHOAL_ETOOBIG, "cache path too long: %s", c->dir);
     if (!c->cfg.read_only) {
-        int rc = shoal_mkdir_p(c->blobs, 0755, err);
+        int rc = shoal_mkdir_p(c->blobs, 0700, err);
         if (rc == 0)
-            rc = shoal_mkdir_p(c->tmp, 0755, err);
+            rc = shoal_mkdir_p(c->tmp, 0700, err);
         if (rc)
             return rc;
     }
@@ -624,7 +644,7 @@ int cache_open(const char *dir, const cache_config *cfg, cache **out,
         cache_config_default(&c->cfg);
     c->last_flush_ns = shoal_now_ns();
 
-    if (!c->cfg.read_only && (rc = shoal_mkdir_p(dir, 0755, err)) != 0)
+    if (!c->cfg.read_only && (rc = shoal_mkdir_p(dir, 0700, err)) != 0)
         goto fail;
     if (!c->cfg.read_only && (rc = cache_lock(c, err)) != 0)
         goto fail;

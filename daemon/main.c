@@ -22,6 +22,7 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -221,6 +222,60 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
 
 /* ---- start-up -------------------------------------------------------------------------- */
 
+/* ---- the home's permissions ------------------------------------------------------ */
+
+static unsigned perm_fixed;
+
+static int perm_fix(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    mode_t want = type == FTW_D ? 0700 : 0600;
+    (void)ftw;
+    if (type != FTW_F && type != FTW_D)
+        return 0;   /* symlinks and the unreadable are left as they are */
+    if (st->st_uid == geteuid() && (st->st_mode & 07777) != want && chmod(path, want) == 0)
+        perm_fixed++;
+    return 0;
+}
+
+/* The home is this user's alone: refuse one owned by another user or that
+ * others may write (what they planted stays a risk); make it 0700 and
+ * everything under it 0700 / 0600, whatever an older shoald or a umask
+ * left (blobs and index.db 0644 let another user read cached bytes and
+ * the signed CDN URLs).  The walk runs only when the home or index.db is
+ * not private yet (K3's 85,000 blobs: a fraction of a second, once). */
+static int home_secure(const char *home, shoal_err *err)
+{
+    struct stat st, db;
+    char idx[SHOAL_PATH_MAX];
+    int walk;
+
+    if (lstat(home, &st) != 0)
+        return shoal_err_set(err, shoal_err_from_errno(errno), "%s: %s", home, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return shoal_err_set(err, SHOAL_EINVAL, "%s is not a directory: pass --home DIR", home);
+    if (st.st_uid != geteuid())
+        return shoal_err_set(err, SHOAL_EAUTH, "%s belongs to uid %u, not to you (uid %u): shoald "
+                             "keeps its cache in a directory that is yours alone; use --home on "
+                             "a directory of your own", home, (unsigned)st.st_uid,
+                             (unsigned)geteuid());
+    if (st.st_mode & 0022)
+        return shoal_err_set(err, SHOAL_EAUTH, "%s is writable by %s (mode %04o): another user "
+                             "could have replaced its files; check them, then `chmod 700 %s`, or "
+                             "use another --home", home, st.st_mode & 0002 ? "others" : "its group",
+                             (unsigned)(st.st_mode & 07777), home);
+    walk = (st.st_mode & 07777) != 0700;
+    if (shoal_path_join(idx, sizeof idx, home, "index.db") == 0 && stat(idx, &db) == 0 &&
+        (db.st_mode & 0077))
+        walk = 1;
+    if (walk) {
+        perm_fixed = 0;
+        nftw(home, perm_fix, 16, FTW_PHYS);
+        LOG_INFO("shoald", "%s made private: %u files and directories set to 0600 / 0700", home,
+                 perm_fixed);
+    }
+    return 0;
+}
+
 static int config_build(const opts *o, daemon_config *cfg, shoal_err *err)
 {
     shoal_env env;
@@ -238,6 +293,8 @@ static int config_build(const opts *o, daemon_config *cfg, shoal_err *err)
         if (realpath(cfg->home, real) && strlen(real) < sizeof cfg->home)
             memcpy(cfg->home, real, strlen(real) + 1);
     }
+    if (home_secure(cfg->home, err) != 0)
+        return err->code;
     n = snprintf(cfg->socket_path, sizeof cfg->socket_path, "%s/shoald.sock", cfg->home);
     if (n < 0 || (size_t)n >= sizeof cfg->socket_path)
         return shoal_err_set(err, SHOAL_ETOOBIG, "%s/shoald.sock is too long for a Unix socket "
@@ -270,7 +327,7 @@ static int daemon_open(shoald *d, shoal_err *err)
     cc.no_fsync = d->cfg.no_fsync;
     cc.manual_wal_checkpoint = 1;   /* a worker syncs index.db (work.c), never the loop */
     rc = cache_open(d->cfg.home, &cc, &d->cache, &rep, err);
-    if (rc == SHOAL_ELOCKED)
+    if (rc == SHOAL_ELOCKED && strstr(err->msg, "in use by process"))
         return shoal_err_wrap(err, rc, "another shoald is running on %s", d->cfg.home);
     if (rc == SHOAL_EINVAL && d->cfg.set[DSET_MAX_SIZE].from == DSET_FILE)
         return shoal_err_wrap(err, rc, "max-size = %s in %s: pass a smaller --max-size (it "
@@ -425,6 +482,7 @@ int main(int argc, char **argv)
         return shoal_cli_usage_error(&SPEC, "--log-level takes error|warn|info|debug|trace, "
                                      "not '%s'", o.log_level);
     }
+    umask(077);   /* every file shoald makes is its user's alone */
     if (config_build(&o, &d.cfg, &err) != 0) {
         fprintf(stderr, "shoald: %s\n", err.msg);
         return err.code == SHOAL_EINVAL ? SHOAL_EXIT_USAGE : shoal_exit_for(err.code);
