@@ -331,7 +331,7 @@ int cache_reserve_give(cache *c)
 
 /* ---- repair at open ----------------------------------------------------------- */
 
-typedef struct partial_row { uint64_t id, durable; int64_t started_ms; int seen; } partial_row;
+typedef struct partial_row { uint64_t id, durable; int64_t started_ms; int seen, kind; } partial_row;
 
 static int hex_id(const char *name, const char *suffix, uint64_t *id)
 {
@@ -386,7 +386,7 @@ static int load_partials(cache *c, partial_row **out, size_t *n, shoal_err *err)
 {
     sqlite3_stmt *s = NULL;
     size_t cap = 0;
-    int rc = sqlite3_prepare_v2(c->db, "SELECT id, durable, started_ms FROM partials", -1, &s, NULL);
+    int rc = sqlite3_prepare_v2(c->db, "SELECT id, durable, started_ms, kind FROM partials", -1, &s, NULL);
 
     *out = NULL;
     *n = 0;
@@ -405,6 +405,7 @@ static int load_partials(cache *c, partial_row **out, size_t *n, shoal_err *err)
         (*out)[*n].id = (uint64_t)sqlite3_column_int64(s, 0);
         (*out)[*n].durable = (uint64_t)sqlite3_column_int64(s, 1);
         (*out)[*n].started_ms = sqlite3_column_int64(s, 2);
+        (*out)[*n].kind = sqlite3_column_int(s, 3);
         (*out)[*n].seen = 0;
         if ((*out)[*n].id >= c->next_id)
             c->next_id = (*out)[*n].id + 1;
@@ -472,7 +473,9 @@ static int scan_blobs(cache *c, uint8_t *seen, uint64_t **bad, size_t *nbad,
 }
 
 /* Walk tmp/: keep partial files with a row (cut to their durable length),
- * remove everything else. */
+ * remove everything else.  A derived object's partial (a PUT killed
+ * midway) is never kept: only its client had the content, so nothing can
+ * resume it. */
 static int scan_tmp(cache *c, partial_row *parts, size_t nparts, cache_open_report *rep,
                     shoal_err *err)
 {
@@ -490,7 +493,8 @@ static int scan_tmp(cache *c, partial_row *parts, size_t nparts, cache_open_repo
             continue;
         if (hex_id(de->d_name, ".part", &id) == 0)
             for (size_t i = 0; i < nparts; i++)
-                if (parts[i].id == id && (!c->cfg.partial_max_age_s || parts[i].started_ms >= oldest))
+                if (parts[i].id == id && parts[i].kind != CACHE_KIND_DERIVED &&
+                    (!c->cfg.partial_max_age_s || parts[i].started_ms >= oldest))
                     p = &parts[i];
         if (p && fstatat(dirfd(d), de->d_name, &st, 0) == 0 && (uint64_t)st.st_size >= p->durable) {
             char path[SHOAL_PATH_MAX];

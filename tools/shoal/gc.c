@@ -151,6 +151,9 @@ static int key_add(const cache_entry *e, void *ctx)
     } else if (e->kind == CACHE_KIND_SMALL && e->file && *e->file) {
         key.kind = SHOAL_KEY_FILE;
         nm = e->file;
+    } else if (e->kind == CACHE_KIND_DERIVED && e->file && *e->file) {
+        key.kind = SHOAL_KEY_DERIVED;   /* PUT objects (the spine pack) too */
+        nm = e->file;
     } else {
         return 0;
     }
