@@ -600,6 +600,27 @@ static int cache_repair(cache *c, cache_open_report *rep, shoal_err *err)
     return rc;
 }
 
+/* Sessions that recorded nothing (a ping, a CLI call) are kept only among
+ * the last CACHE_SESSIONS_KEPT: otherwise the table gains a row per
+ * connection forever.  Sessions with counters stay (their counts are the
+ * history STATS sums). */
+#define CACHE_SESSIONS_KEPT 1024
+
+static void prune_sessions(cache *c)
+{
+    char sql[320];
+    int changes;
+    snprintf(sql, sizeof sql, "DELETE FROM sessions WHERE id < (SELECT MAX(id) FROM sessions) - %d"
+             " AND NOT EXISTS (SELECT 1 FROM counters WHERE counters.session = sessions.id)",
+             CACHE_SESSIONS_KEPT);
+    if (sqlite3_exec(c->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+        LOG_WARN(CACHE_TAG, "pruning old sessions: %s", sqlite3_errmsg(c->db));
+        return;
+    }
+    if ((changes = sqlite3_changes(c->db)) > 0)
+        LOG_INFO(CACHE_TAG, "forgot %d old sessions that recorded nothing", changes);
+}
+
 /* ---- open / close ---------------------------------------------------------------- */
 
 static int cache_open_dirs(cache *c, shoal_err *err)
@@ -663,6 +684,7 @@ int cache_open(const char *dir, const cache_config *cfg, cache **out,
     if (!c->cfg.read_only) {
         if ((rc = cache_repair(c, report, err)) != 0)
             goto fail;
+        prune_sessions(c);
         if ((rc = cache_budget_set(c, err)) != 0)
             goto fail;
         if ((rc = cache_heat_load(c, err)) != 0)
