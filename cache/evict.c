@@ -94,12 +94,16 @@ static int evict_candidates(const cache *c, const uint8_t *skip, cand *cs, size_
 
 int cache_evict_for(cache *c, uint64_t need, shoal_err *err)
 {
-    uint64_t have = c->used + c->reserved, over, unpinned = 0, target, freed = 0;
+    /* charged in disk blocks (used_disk), not bytes: a budget near the
+     * disk's size must not run into ENOSPC through block rounding */
+    uint64_t have = c->used_disk + c->reserved, over, unpinned = 0, target, freed = 0;
+    uint64_t freed_len = 0;
     size_t ncand = 0, nvict = 0;
     cand *cs = NULL;
     uint64_t *ids = NULL;
     int rc;
 
+    need = cache_disk_len(c, need);
     if (need > c->budget)
         return shoal_err_set(err, SHOAL_ENOSPC, "cache budget is %" PRIu64 " bytes; an object of %"
                              PRIu64 " bytes cannot fit (raise the budget)", c->budget, need);
@@ -108,7 +112,7 @@ int cache_evict_for(cache *c, uint64_t need, shoal_err *err)
     over = have + need - c->budget;
     for (size_t i = 0; i < c->nobjs; i++)
         if (!cache_obj_pinned(c, &c->objs[i]))
-            unpinned += c->objs[i].len;
+            unpinned += cache_disk_len(c, c->objs[i].len);
     if (unpinned < over)
         return shoal_err_set(err, SHOAL_ENOSPC, "cache budget %" PRIu64 " bytes is full: %" PRIu64
                              " used, %" PRIu64 " being written, only %" PRIu64 " evictable; "
@@ -130,16 +134,17 @@ int cache_evict_for(cache *c, uint64_t need, shoal_err *err)
         /* Invariant 5: never a pinned object. */
         assert(!cache_obj_pinned(c, &c->objs[cache_obj_by_id(c, cs[i].id)]));
         ids[nvict++] = cs[i].id;
-        freed += cs[i].len;
+        freed += cache_disk_len(c, cs[i].len);
+        freed_len += cs[i].len;
     }
     rc = cache_objs_delete(c, ids, nvict, err);
     if (rc == 0) {
         c->evicted += nvict;
-        c->evicted_bytes += freed;
+        c->evicted_bytes += freed_len;
         LOG_DEBUG(CACHE_TAG, "evicted %zu objects, %" PRIu64 " bytes (needed %" PRIu64 ")",
-                  nvict, freed, over);
+                  nvict, freed_len, over);
         /* Invariant 4 (budget half): what is held plus what is asked fits. */
-        if (c->used + c->reserved + need > c->budget) {
+        if (c->used_disk + c->reserved + need > c->budget) {
             LOG_ERROR(CACHE_TAG, "invariant 4 broken after eviction");
             rc = shoal_err_set(err, SHOAL_EINTERNAL, "cache: eviction freed too little");
         }

@@ -151,6 +151,7 @@ int cache_obj_add(cache *c, const cobj *o, shoal_err *err)
     }
     c->nobjs++;
     c->used += o->len;
+    c->used_disk += cache_disk_len(c, o->len);
     if (o->id >= c->next_id)
         c->next_id = o->id + 1;
     return 0;
@@ -166,6 +167,7 @@ void cache_obj_drop(cache *c, uint32_t idx)
     cmap_del(&c->by_key, o->keyhash, idx);
     cmap_del(&c->by_id, cache_id_hash(o->id), idx);
     c->used -= o->len;
+    c->used_disk -= cache_disk_len(c, o->len);
     free(o->etag);
     if (idx != last) {
         cobj *l = &c->objs[last];
@@ -195,6 +197,12 @@ void cache_assert_usage(const cache *c)
 }
 
 /* ---- lock and budget -------------------------------------------------------- */
+
+uint64_t cache_disk_len(const cache *c, uint64_t len)
+{
+    uint64_t b = c->blksize ? c->blksize : 4096;
+    return (len + b - 1) / b * b;
+}
 
 static int cache_lock(cache *c, shoal_err *err)
 {
@@ -249,8 +257,19 @@ static int cache_disk_room(const cache *c, uint64_t *room, uint64_t *free_bytes,
     if (statvfs(c->dir, &sv) != 0)
         return shoal_err_set(err, SHOAL_EIO, "statvfs %s: %s", c->dir, strerror(errno));
     *free_bytes = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
-    *room = *free_bytes + c->used;
+    *room = *free_bytes + c->used_disk;   /* the blocks the cache holds */
     return 0;
+}
+
+/* The default: a share of what the disk can give, leaving floor_bytes free. */
+static uint64_t budget_auto(const cache *c, uint64_t room)
+{
+    double avail = (double)room;
+    double share = c->cfg.free_share > 0 && c->cfg.free_share <= 1 ? c->cfg.free_share : 0.9;
+    double b = avail * share;
+    if (b > avail - (double)c->cfg.floor_bytes)
+        b = avail - (double)c->cfg.floor_bytes;
+    return b > 0 ? (uint64_t)b : 0;
 }
 
 static int cache_budget_set(cache *c, shoal_err *err)
@@ -277,17 +296,63 @@ static int cache_budget_set(cache *c, shoal_err *err)
                                  "%s, or free disk space",
                                  shoal_size_format(c->cfg.max_bytes, b, sizeof b),
                                  shoal_size_format(free_bytes, f, sizeof f),
-                                 shoal_size_format(c->used, u, sizeof u),
+                                 shoal_size_format(c->used_disk, u, sizeof u),
                                  shoal_size_format(room, r, sizeof r), c->dir, most);
         c->budget = c->cfg.max_bytes;
         return 0;
     }
-    double avail = (double)room;
-    double share = c->cfg.free_share > 0 && c->cfg.free_share <= 1 ? c->cfg.free_share : 0.9;
-    double b = avail * share;
-    if (b > avail - (double)c->cfg.floor_bytes)
-        b = avail - (double)c->cfg.floor_bytes;
-    c->budget = b > 0 ? (uint64_t)b : 0;
+    c->budget = budget_auto(c, room);
+    if (c->budget == 0 && c->cfg.budget_fits_disk) {
+        char f[32], u[32], fl[32];
+        return shoal_err_set(err, SHOAL_ENOSPC, "the default budget is 0: %s free + %s cached in "
+                             "%s is less than the %s the default leaves free on the disk; pass "
+                             "--max-size SIZE (what the cache may use) or free disk space",
+                             shoal_size_format(free_bytes, f, sizeof f),
+                             shoal_size_format(c->used_disk, u, sizeof u), c->dir,
+                             shoal_size_format(c->cfg.floor_bytes, fl, sizeof fl));
+    }
+    return 0;
+}
+
+/* A daemon's budget must hold what it may never evict: pinned objects
+ * (the spine, small files, what `shoal pin` pinned) already cached. */
+static int cache_budget_check(cache *c, shoal_err *err)
+{
+    uint64_t pinned = 0;
+    char b[32], p[32];
+    if (!c->cfg.budget_fits_disk)
+        return 0;
+    for (size_t i = 0; i < c->nobjs; i++)
+        if (cache_obj_pinned(c, &c->objs[i]))
+            pinned += cache_disk_len(c, c->objs[i].len);
+    if (pinned <= c->budget)
+        return 0;
+    return shoal_err_set(err, SHOAL_ENOSPC, "the budget %s is below the %s of pinned objects (the "
+                         "spine, small files, what `shoal pin` pinned) the cache holds in %s: pass "
+                         "--max-size %s or more, or `shoal rm` a model",
+                         shoal_size_format(c->budget, b, sizeof b),
+                         shoal_size_format(pinned, p, sizeof p), c->dir,
+                         shoal_size_format(pinned + (pinned >> 4), p, sizeof p));
+}
+
+int cache_budget_refresh(cache *c, shoal_err *err)
+{
+    uint64_t room = 0, free_bytes = 0, nb;
+    int rc;
+    if (c->cfg.read_only || !c->cfg.budget_fits_disk)
+        return 0;
+    if ((rc = cache_disk_room(c, &room, &free_bytes, err)) != 0)
+        return rc;
+    nb = c->cfg.max_bytes ? (c->cfg.max_bytes < room ? c->cfg.max_bytes : room)
+                          : budget_auto(c, room);
+    if (nb != c->budget) {
+        char o[32], n[32], f[32];
+        if (nb > c->budget + c->budget / 100 || nb + c->budget / 100 < c->budget)
+            LOG_INFO(CACHE_TAG, "budget %s -> %s (%s free on the disk now)",
+                     shoal_size_format(c->budget, o, sizeof o), shoal_size_format(nb, n, sizeof n),
+                     shoal_size_format(free_bytes, f, sizeof f));
+        c->budget = nb;
+    }
     return 0;
 }
 
@@ -671,6 +736,10 @@ int cache_open(const char *dir, const cache_config *cfg, cache **out,
 
     if (!c->cfg.read_only && (rc = shoal_mkdir_p(dir, 0700, err)) != 0)
         goto fail;
+    {
+        struct statvfs sv;
+        c->blksize = statvfs(dir, &sv) == 0 && sv.f_bsize ? (uint64_t)sv.f_bsize : 4096;
+    }
     if (!c->cfg.read_only && (rc = cache_lock(c, err)) != 0)
         goto fail;
     if ((rc = cache_open_dirs(c, err)) != 0)
@@ -685,12 +754,12 @@ int cache_open(const char *dir, const cache_config *cfg, cache **out,
         if ((rc = cache_repair(c, report, err)) != 0)
             goto fail;
         prune_sessions(c);
-        if ((rc = cache_budget_set(c, err)) != 0)
+        if ((rc = cache_budget_set(c, err)) != 0 || (rc = cache_budget_check(c, err)) != 0)
             goto fail;
         if ((rc = cache_heat_load(c, err)) != 0)
             goto fail;
         cache_reserve_take(c);
-        if (c->used > c->budget) {
+        if (c->used_disk > c->budget) {
             /* The budget shrank since the last run: come down to it now. */
             shoal_err e = { 0, "" };
             if (cache_evict_for(c, 0, &e) != 0)

@@ -216,8 +216,12 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     shoal_err err = { 0 };
     (void)fd;
     (void)what;
+    static unsigned ticks;
     if (cache_flush_due(d->cache) && cache_flush(d->cache, &err) != 0)
         LOG_WARN("shoald", "flushing counters: %s", err.msg);
+    /* free disk space changes under us (other files, our own blocks) */
+    if (++ticks % 10 == 0 && cache_budget_refresh(d->cache, &err) != 0)
+        LOG_WARN("shoald", "budget: %s", err.msg);
 }
 
 /* ---- start-up -------------------------------------------------------------------------- */
