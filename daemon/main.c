@@ -258,12 +258,12 @@ static int home_secure(const char *home, shoal_err *err)
     if (!S_ISDIR(st.st_mode))
         return shoal_err_set(err, SHOAL_EINVAL, "%s is not a directory: pass --home DIR", home);
     if (st.st_uid != geteuid())
-        return shoal_err_set(err, SHOAL_EAUTH, "%s belongs to uid %u, not to you (uid %u): shoald "
+        return shoal_err_set(err, SHOAL_ELOCKED, "%s belongs to uid %u, not to you (uid %u): shoald "
                              "keeps its cache in a directory that is yours alone; use --home on "
                              "a directory of your own", home, (unsigned)st.st_uid,
                              (unsigned)geteuid());
     if (st.st_mode & 0022)
-        return shoal_err_set(err, SHOAL_EAUTH, "%s is writable by %s (mode %04o): another user "
+        return shoal_err_set(err, SHOAL_EUNSUPPORTED, "%s is writable by %s (mode %04o): another user "
                              "could have replaced its files; check them, then `chmod 700 %s`, or "
                              "use another --home", home, st.st_mode & 0002 ? "others" : "its group",
                              (unsigned)(st.st_mode & 07777), home);
