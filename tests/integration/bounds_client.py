@@ -7,6 +7,10 @@
 #                                          8 x 1,024 times and never read
 #   bounds_client.py SOCK bodies N PID     N connections declare 1 MiB bodies and
 #                                          send 1 MiB - 1; prints shoald's peak RSS
+#   bounds_client.py SOCK fair N           N connections say HELLO (the cap), then
+#                                          another user's client (setpriv to
+#                                          nobody) must still be served
+#   bounds_client.py SOCK hello1           one HELLO, expect HELLO_OK
 #
 # Each scenario checks what the client sees (an ERROR naming the limit, then
 # EOF) and prints one summary line; an assertion failure exits non-zero.
@@ -185,6 +189,54 @@ def bodies(path, n, pid):
     print("peak_growth_kb %d" % (peak - base))
 
 
+def hello_ok(s):
+    s.sendall(hello())
+    data = b""
+    while True:
+        b = s.recv(4096)
+        if not b:
+            return None, data
+        data += b
+        for t, _rid, body in frames(data):
+            if t == 66:
+                return True, data
+            if t == ERROR:
+                return False, data
+
+
+def hello1(path):
+    s = connect(path)
+    ok, data = hello_ok(s)
+    assert ok, ("no HELLO_OK for another user's client", error_of(data))
+    print("hello1: served")
+
+
+def fair(path, n):
+    import subprocess
+    socks = []
+    for _ in range(n):
+        s = connect(path)
+        ok, data = hello_ok(s)
+        if not ok:
+            code, msg = error_of(data)
+            assert code == EBUSY, (code, msg)
+            break
+        socks.append(s)
+    print("fair: %d connections of this user said HELLO" % len(socks))
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        sys.executable, __file__, path, "hello1"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, ("the other user was not served", r.stdout, r.stderr)
+    evicted = 0
+    for s in socks:
+        data, eof = read_all(s, 0.05)
+        code, msg = error_of(data)
+        if code == EBUSY and "newcomer" in msg:
+            evicted += 1
+    assert evicted == 1, ("expected one of this user's connections to make room", evicted)
+    print("fair: the other user was served; one of %d connections made room" % len(socks))
+
+
 def main():
     path, what = sys.argv[1], sys.argv[2]
     if what == "flood":
@@ -195,6 +247,10 @@ def main():
         nohello(path)
     elif what == "hoard":
         hoard(path, sys.argv[3], int(sys.argv[4]))
+    elif what == "fair":
+        fair(path, int(sys.argv[3]))
+    elif what == "hello1":
+        hello1(path)
     elif what == "bodies":
         bodies(path, int(sys.argv[3]), int(sys.argv[4]))
     else:

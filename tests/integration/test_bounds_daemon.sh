@@ -68,6 +68,17 @@ cat "$T/partial.out" "$T/nohello.out"
 get_ok "GET after the deadlines"
 lines=$(wc -l < "$LOG")
 [ "$lines" -lt 150 ] || fail "$lines log lines"
+
+# ---- per-user fairness: one user at the cap cannot keep another out ------------------
+if [ "$(id -u)" = 0 ] && command -v setpriv > /dev/null; then
+    # let the other user reach the socket (the test's doing, not shoald's)
+    chmod 711 "$T" "$H"; chmod 666 "$SOCK"
+    $PY "$CLIENT" "$SOCK" fair 100 > "$T/fair.out" 2>&1 || { cat "$T/fair.out"; fail "fairness"; }
+    cat "$T/fair.out"
+    chmod 600 "$SOCK"; chmod 700 "$H" "$T"
+else
+    echo "skip per-user fairness: needs root and setpriv for a second user"
+fi
 stop_daemon
 
 # ---- bytes: huge declared bodies across many connections -------------------------------
