@@ -99,7 +99,7 @@ enum { CONN_OPEN = 0, CONN_CLOSING = 1, CONN_DEAD = 2 };
 static void conn_free(conn *c)
 {
     shoald *d = c->d;
-    struct daemon_user *u = user_slot(d, c->uid, 0);
+    struct daemon_user *u = c->user;
     session_close(c);
     for (outmsg *m = c->out_head, *n; m; m = n) {
         n = m->next;
@@ -656,7 +656,8 @@ int conn_new(shoald *d, int fd, uint32_t uid)
         d->conns->prev = c;
     d->conns = c;
     d->nconns++;
-    user_slot(d, uid, 1)->n++;
+    c->user = user_slot(d, uid, 1);
+    c->user->n++;
     conn_frame_arm(c, 1);   /* HELLO's deadline */
     return 0;
 }

@@ -283,6 +283,7 @@ struct conn {
     int      dropped;              /* over a limit: nothing more is queued */
     int      processing;           /* conn_process runs: c->in is borrowed */
     uint32_t uid;                  /* SO_PEERCRED */
+    struct daemon_user *user;      /* its slot in d->users */
     size_t   in_held;              /* in.cap as counted in d->buffered */
     size_t   out_bytes;            /* queued reply bytes not yet written */
     unsigned out_fds;              /* descriptors among them */
