@@ -183,6 +183,17 @@ static void daemon_stop(shoald *d, const char *why)
         return;
     d->stopping = 1;
     LOG_INFO("shoald", "%s: stopping (transfers parked, counters flushed)", why);
+    {
+        const struct daemon_bounds *b = &d->bounds;
+        if (b->refused || b->evicted || b->dropped_fds || b->dropped_bytes || b->frame_timeouts ||
+            b->accept_errors)
+            LOG_INFO("shoald", "limits this run: %llu connections refused, %llu made room, "
+                     "%llu dropped for descriptors, %llu for bytes, %llu frame deadlines, "
+                     "%llu accept failures", (unsigned long long)b->refused,
+                     (unsigned long long)b->evicted, (unsigned long long)b->dropped_fds,
+                     (unsigned long long)b->dropped_bytes, (unsigned long long)b->frame_timeouts,
+                     (unsigned long long)b->accept_errors);
+    }
     notify("STOPPING=1\nSTATUS=stopping (%s): parking transfers, flushing counters", why);
     metrics_stop(d);
     server_close(d);
