@@ -86,6 +86,31 @@ LIBS_shoalc   := common
 LIBS_shoal-engine := serve source forward plan text kernels common
 LIBS_shoal    := cache common
 
+# ---- MPI=1: expert parallelism over MPI (engine/ranks/, docs/mpi.md) -----
+# engine/ranks/ is a room of the engine.  Without MPI=1 it is the owner map
+# and a refusal of --experts-over-ranks (none.c): nothing needs MPI and
+# every other binary builds as before.  `make MPI=1` (best in its own
+# BUILD= and BIN=, as tests/integration/test_mpi.sh does) compiles its MPI
+# files and links shoal-engine with mpicc, the wrapper of Open MPI or
+# MPICH (Debian: libopenmpi-dev, openmpi-bin; scripts/deps.sh installs
+# them); no other binary is linked with MPI.
+MPI       ?=
+MPICC     ?= mpicc
+COMPONENTS += ranks
+LIBS_ranks := ranks source forward plan kernels common
+LIBS_shoal-engine := ranks $(LIBS_shoal-engine)
+ifeq ($(MPI),1)
+ranks_SRC := $(filter-out engine/ranks/none.c,$(wildcard engine/ranks/*.c))
+$(BUILD)/engine/ranks/%.o: CC := $(MPICC)
+$(BIN)/shoal-engine: private CC := $(MPICC)
+else
+ranks_SRC := engine/ranks/map.c engine/ranks/none.c
+endif
+clean: clean-mpi
+clean-mpi:
+	rm -rf build-mpi build-asan-mpi
+.PHONY: clean-mpi
+
 # ---- binaries -------------------------------------------------------------
 # tools/<name>/*.c -> bin/<name>; daemon/*.c -> bin/shoald;
 # engine/cli/*.c -> bin/shoal-engine.
@@ -211,6 +236,16 @@ bench:
 	@scripts/deps.sh --if-missing
 	@$(MAKE) --no-print-directory all $(BENCH_BINS)
 	@BUILD=$(BUILD) BIN=$(BIN) scripts/bench.sh
+
+# bench-k3: the 64 GB regime on a full-width 8-layer K3 (not part of make bench:
+# minutes, ~40 GB of disk while it runs, removed after; docs/performance.md)
+.PHONY: bench-k3
+bench-k3:
+	@scripts/deps.sh --if-missing
+	@$(MAKE) --no-print-directory all
+	@set -e; for s in bench/k3/*.sh; do \
+	    case $$s in */lib.sh) continue;; esac; \
+	    echo "== $$s"; BIN=$(BIN) bash $$s; done
 
 fuzz:
 	@scripts/fuzz.sh

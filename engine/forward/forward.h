@@ -135,7 +135,26 @@ typedef struct engine_model_options {
     struct spine_pack_writer *pack_out;
     engine_progress_fn progress;  /* with pack_out: after each matrix; may be NULL */
     void *progress_ctx;
+    /* The memory plan's streamed part (docs/engine.md, "Smaller machines"):
+     * the last stream_layers layers' matrices, but their routers, are
+     * written to an unlinked file in stream_dir (NULL: /var/tmp, on
+     * disk where /tmp may be RAM) at load and read back with O_DIRECT every token, layer L+1
+     * while layer L runs, through two buffers of one layer each.  0: all
+     * resident.  Derived spines only (not with pack / pack_out). */
+    int stream_layers;
+    const char *stream_dir;
 } engine_model_options;
+
+/* The streamed part's counters (engine_model_stream_stats). */
+typedef struct engine_stream_stats {
+    int      first_layer;          /* layers [first_layer, n) streamed; n_layers: none */
+    int      direct;               /* read with O_DIRECT (else buffered, pages dropped after) */
+    uint64_t file_bytes;           /* the stream file */
+    uint64_t buffer_bytes;         /* its two buffers */
+    uint64_t reads, bytes;         /* layer reads and their bytes */
+    uint64_t sync_reads;           /* ... of them not read ahead (a layer out of order) */
+    uint64_t wait_ns;              /* time a layer waited for its bytes */
+} engine_stream_stats;
 
 void engine_model_options_default(engine_model_options *o);
 
@@ -226,6 +245,22 @@ typedef struct engine_model {
 int engine_model_open(const char *dir, const engine_model_options *opt,
                       engine_model **out, shoal_err *err);
 void engine_model_free(engine_model *m);
+
+/* Layer `layer` of m is about to run: with a streamed part, its matrices
+ * are read (or were read ahead) and bound, and the next streamed layer's
+ * read starts (one forward pass at a time per model).  0 at once for a
+ * resident layer; an I/O error otherwise. */
+int engine_model_layer_ready(const engine_model *m, int layer, shoal_err *err);
+void engine_model_stream_stats(const engine_model *m, engine_stream_stats *out);
+
+/* A model bound from a spine pack (opt.pack) held in one anonymous buffer
+ * at `pack`, pack[0] at file offset file_off of fd: layers [first, n)
+ * are streamed in place (their bytes never read at load; each pass reads
+ * them with O_DIRECT where the pack keeps them and releases them after;
+ * their routers are copied out now).  *resident_end: the pack offset where
+ * the streamed part begins (the caller reads the pack before it). */
+int engine_model_stream_pack(engine_model *m, int first, int fd, uint64_t file_off,
+                             uint8_t *pack, uint64_t *resident_end, shoal_err *err);
 
 /* One tensor handed in already in memory (a spine object mapped from
  * shoald's cache).  name without the "language_model." prefix; dtype the
@@ -472,6 +507,45 @@ int expert_source_request(expert_source *src, int layer, const int32_t *ids, siz
  * source).  NULL on no memory. */
 expert_source *expert_source_local_new(const engine_model *m);
 
+/* ---- 4b. experts applied elsewhere (optional) -----------------------------
+ *
+ * A MoE layer's routed experts computed by someone else: other processes
+ * that own them (engine/ranks/, over MPI; docs/mpi.md).  The session hands
+ * over the chunk's latent inputs and the grouping of its (token, slot)
+ * pairs by expert; the applier writes each expert's output for each pair
+ * into slots.  Its contract is moe_expert_ready's arithmetic: for expert e,
+ * the rows z[t] of its pairs in pair order, one kernels_expert_apply over
+ * those cnt[e] rows with weight 1 onto zeros, in the session's numerics
+ * (opt.experts).  Then the sums in routing order, and so the logits, are
+ * the bits of a run that computes the experts itself.
+ *
+ * The session still asks its expert source (opt.src) for every layer's
+ * experts and the lookahead's guesses (expert_source_request), at the
+ * same points as before, so an applier can pass them on as prefetch
+ * notes; the source's fetch is not called.
+ */
+typedef struct engine_moe_batch {
+    int layer;
+    size_t n, k, latent;          /* tokens, experts per token, L */
+    const float *z;               /* [n][L] the latent inputs */
+    size_t n_ids;
+    const int32_t *ids;           /* [n_ids] the distinct experts, ascending */
+    const int32_t *cnt;           /* [E] pairs of expert e */
+    const int32_t *first;         /* [E+1] expert e's first entry in pairs */
+    const int32_t *pairs;         /* [n·k] t·k + slot, grouped by expert, t ascending */
+    float *slots;                 /* [n·k][L] out: expert output of pair t·k + slot */
+} engine_moe_batch;
+
+typedef struct engine_expert_applier {
+    /* Hand the batch over without waiting for results (the layer then
+     * computes its shared experts); b and what it points to stay valid
+     * until wait returns. */
+    int (*send)(void *ctx, const engine_moe_batch *b, shoal_err *err);
+    /* Wait for every output of the batch sent and fill b->slots. */
+    int (*wait)(void *ctx, const engine_moe_batch *b, shoal_err *err);
+    void *ctx;
+} engine_expert_applier;
+
 /* ---- 5. sessions ----------------------------------------------------------
  *
  * one sequence running through a bound model: its decode state
@@ -511,6 +585,9 @@ typedef struct engine_session_options {
      * MLA cache never grows past it and a run past it is SHOAL_ERANGE.
      * 0: max_position_embeddings. */
     int64_t max_positions;
+    /* Optional (part 4b): the routed experts applied elsewhere; borrowed.
+     * NULL: computed here as src delivers them. */
+    const engine_expert_applier *applier;
 } engine_session_options;
 
 /* One MoE layer's predictors: how many of the experts it used had been
