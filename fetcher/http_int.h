@@ -74,6 +74,12 @@ int http_curl_code_map(CURLcode cc);
  * memory" when an answer's header line is past its 100 KB limit
  * (CURL_MAX_HTTP_HEADER), which is named as such. */
 const char *http_curl_strerror(CURLcode cc, const char *errbuf);
+/* 1 for the failures that say the host cannot be reached at all (refused,
+ * no such host): the caller gives up soon with SHOAL_EOFFLINE instead of
+ * retrying for a minute (docs/fetcher.md, "Offline"). */
+int http_curl_unreachable(CURLcode cc);
+/* Attempts at an unreachable host before SHOAL_EOFFLINE. */
+#define HTTP_UNREACHABLE_ATTEMPTS 2
 
 /* "shoal/<version>; libcurl/<version>" into out. */
 void http_user_agent(char *out, size_t cap);
