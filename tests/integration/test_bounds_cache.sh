@@ -145,8 +145,9 @@ data = b""
 while len(data) < 24 or len(data) < 24 + struct.unpack_from("<I", data, 4)[0]:
     data += c.recv(4096)
 rid = struct.unpack_from("<Q", data, 16)[0]
+asked = struct.unpack_from("<H", data, 24)[0]   # speak the client's version
 ver = b"fake"
-c.sendall(frame(66, struct.pack("<H", 2) + struct.pack("<H", len(ver)) + ver
+c.sendall(frame(66, struct.pack("<H", asked) + struct.pack("<H", len(ver)) + ver
                 + struct.pack("<QI", 1, 1 << 20), rid))
 c.recv(4096)      # the GC request: die without an answer
 c.close()
