@@ -177,6 +177,10 @@ void shoal_qsort_r(void *base, size_t n, size_t size,
 int shoal_socket(int domain, int type, int protocol, int flags);
 /* accept(2) the same way (accept4 on Linux). */
 int shoal_accept(int lfd, int flags);
+/* The user id of a Unix socket's peer: SO_PEERCRED on Linux (in PORTABLE
+ * builds too: it is what Linux has, not a fast path), getpeereid(3) on
+ * macOS and the BSDs.  -1 with errno when it cannot be told. */
+int shoal_peer_uid(int fd, uint32_t *uid);
 /* pipe(2) with the flags (pipe2 on Linux). */
 int shoal_pipe(int p[2], int flags);
 /* MSG_NOSIGNAL where the system has it; 0 elsewhere (sockets from

@@ -501,6 +501,24 @@ int shoal_accept(int lfd, int flags)
 #endif
 }
 
+int shoal_peer_uid(int fd, uint32_t *uid)
+{
+#ifdef __linux__
+    struct ucred cr = { 0 };
+    socklen_t cl = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0)
+        return -1;
+    *uid = (uint32_t)cr.uid;
+#else
+    uid_t u;
+    gid_t g;
+    if (getpeereid(fd, &u, &g) != 0)
+        return -1;
+    *uid = (uint32_t)u;
+#endif
+    return 0;
+}
+
 int shoal_pipe(int p[2], int flags)
 {
 #if SHOAL_PLATFORM_LINUX
