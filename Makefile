@@ -7,30 +7,90 @@
 # program per tests/unit/<component>/test_*.c; integration tests are the
 # scripts tests/integration/test_*.sh.  tests/run.sh runs them all.
 
-CC        ?= cc
-BUILD     ?= build
-BIN       ?= bin
+EMPTY     :=
+SPACE     := $(EMPTY) $(EMPTY)
+
+# ---- what to build for, and where -----------------------------------------
+# PORTABLE=1: every Linux fast path of common/platform.h replaced by the
+#   POSIX fallback macOS takes (-DSHOAL_PORTABLE), so `make test PORTABLE=1`
+#   tests here what a Mac runs (docs/macos.md).  Its own tree: build-portable/.
+# CROSS=aarch64-linux-gnu: cross-compile everything with $(CROSS)-gcc
+#   against the Debian multiarch -dev packages (scripts/deps.sh --cross
+#   installs them), into build-aarch64/; tests/integration/test_cross_aarch64.sh
+#   runs the results under qemu-aarch64.
+PORTABLE  ?=
+CROSS     ?=
+ifneq ($(CROSS),)
+CC        := $(CROSS)-gcc
+AR        := $(CROSS)-ar
+CROSS_LIBDIR := /usr/lib/$(CROSS)
+endif
+BUILD_TAG := $(if $(CROSS),-$(firstword $(subst -, ,$(CROSS))))$(if $(PORTABLE),-portable)
+BUILD     ?= build$(BUILD_TAG)
+BIN       ?= $(if $(BUILD_TAG),$(BUILD)/bin,bin)
 OPT       ?= -O2
 SANITIZE  ?=
+PLATFORM_CFLAGS := $(if $(PORTABLE),-DSHOAL_PORTABLE)
+
+# The machine the code is for (not the one building it: CROSS): x86_64
+# gets its AVX2/AVX-512 kernel files; arm64 (Linux aarch64, macOS arm64)
+# takes the NEON kernels, which engine/kernels/ compiles wherever
+# __aarch64__ is defined (gcc and Apple clang both define it) with no
+# extra flags, NEON being part of armv8-a.
+MACHINE   := $(firstword $(subst -, ,$(shell $(CC) -dumpmachine 2>/dev/null || uname -m)))
+ARCH      := $(if $(filter arm64 aarch64,$(MACHINE)),aarch64,$(MACHINE))
+OS        := $(shell uname -s)
+
+# ---- dependencies: pkg-config, with a fallback ------------------------------
+# Each package's flags come from pkg-config where it knows the package, else
+# from the fallback below (the library's usual name, no -I: a system that
+# keeps the headers in the default paths).  Asked once, when first used
+# (pkg-config is only asked once the dependencies exist: `make test`
+# installs them, then re-enters make).
 PKGS      := libcurl sqlite3 libevent libevent_pthreads jansson libpcre2-8 \
              cmocka libxxhash libcrypto
-
-# Evaluated lazily: pkg-config is only asked once the dependencies exist.
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+PKG_FALLBACK_libcurl           := -lcurl
+PKG_FALLBACK_sqlite3           := -lsqlite3
+PKG_FALLBACK_libevent          := -levent
+PKG_FALLBACK_libevent_pthreads := -levent_pthreads
+PKG_FALLBACK_jansson           := -ljansson
+PKG_FALLBACK_libpcre2-8        := -lpcre2-8
+PKG_FALLBACK_cmocka            := -lcmocka
+PKG_FALLBACK_libxxhash         := -lxxhash
+PKG_FALLBACK_libcrypto         := -lcrypto
+# ($(shell) sees no exported variables in make 4.3: the environment is
+# given on the command.)
+PKG_CONFIG ?= pkg-config
+ifneq ($(CROSS),)
+PKG_CONFIG := PKG_CONFIG_LIBDIR=$(CROSS_LIBDIR)/pkgconfig:/usr/share/pkgconfig PKG_CONFIG_PATH= pkg-config
+# Debian's libevent-dev is not multi-arch: the cross build links the arm64
+# runtime libraries by their file names (scripts/deps.sh --cross).
+PKG_FALLBACK_libevent          := $(firstword $(wildcard $(CROSS_LIBDIR)/libevent.so $(CROSS_LIBDIR)/libevent-2*.so.7))
+PKG_FALLBACK_libevent_pthreads := $(firstword $(wildcard $(CROSS_LIBDIR)/libevent_pthreads.so $(CROSS_LIBDIR)/libevent_pthreads-2*.so.7))
+endif
+ifeq ($(OS),Darwin)
+# Homebrew keeps openssl@3, sqlite and curl out of the default paths
+# ("keg-only"); their .pc files are found through its opt/ links.
+BREW      := $(shell brew --prefix 2>/dev/null)
+BREW_PC   := $(foreach k,openssl@3 sqlite curl libevent,$(BREW)/opt/$(k)/lib/pkgconfig)
+PKG_CONFIG := PKG_CONFIG_PATH=$(subst $(SPACE),:,$(strip $(BREW_PC) $(PKG_CONFIG_PATH))) pkg-config
+endif
+pkg_one   = $(shell $(PKG_CONFIG) --$(1) $(2) 2>/dev/null || echo '$(if $(filter libs,$(1)),$(PKG_FALLBACK_$(2)))')
+PKG_CFLAGS = $(eval PKG_CFLAGS := $(foreach p,$(PKGS),$(call pkg_one,cflags,$(p))))$(PKG_CFLAGS)
+PKG_LIBS   = $(eval PKG_LIBS := $(foreach p,$(PKGS),$(call pkg_one,libs,$(p))))$(PKG_LIBS)
 
 # shoald tells systemd when it is ready (sd_notify) when libsystemd is
 # there; without it (macOS, SYSTEMD=no) it builds all the same and a
 # Type=notify unit would wait in vain: use Type=exec there.
 SYSTEMD   ?= auto
-HAVE_SYSTEMD = $(if $(filter no,$(SYSTEMD)),,$(shell pkg-config --exists libsystemd 2>/dev/null && echo 1))
-SYSTEMD_CFLAGS = $(if $(HAVE_SYSTEMD),-DHAVE_SYSTEMD $(shell pkg-config --cflags libsystemd))
-SYSTEMD_LIBS   = $(if $(HAVE_SYSTEMD),$(shell pkg-config --libs libsystemd))
+HAVE_SYSTEMD = $(if $(filter no,$(SYSTEMD)),,$(shell $(PKG_CONFIG) --exists libsystemd 2>/dev/null && echo 1))
+SYSTEMD_CFLAGS = $(if $(HAVE_SYSTEMD),-DHAVE_SYSTEMD $(shell $(PKG_CONFIG) --cflags libsystemd))
+SYSTEMD_LIBS   = $(if $(HAVE_SYSTEMD),$(shell $(PKG_CONFIG) --libs libsystemd))
 
 WARN      := -Wall -Wextra -Wshadow -Wformat=2 -Werror
 CFLAGS    ?=
 CFLAGS    += -std=c11 $(WARN) $(OPT) -g -D_GNU_SOURCE -pthread \
-             -I. $(SANITIZE) -MMD -MP
+             -I. $(PLATFORM_CFLAGS) $(SANITIZE) -MMD -MP
 LDFLAGS   += -pthread $(SANITIZE)
 LDLIBS    += -lm
 
@@ -49,10 +109,16 @@ synth_SRC   := $(wildcard synth/*.c)
 # Per-file flags: ISA variants of the kernels are compiled for their ISA
 # only; the code that calls them checks the CPU once at start-up.
 # (On other machines those files compile to nothing.)
-ifeq ($(shell uname -m),x86_64)
+ifeq ($(ARCH),x86_64)
 $(BUILD)/engine/kernels/%_avx2.o:   XFLAGS := -mavx2 -mfma -mf16c
 $(BUILD)/engine/kernels/%_avx512.o: XFLAGS := -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 $(BUILD)/engine/kernels/%_avxvnni.o: XFLAGS := -mavx2 -mfma -mf16c -mavxvnni
+endif
+
+ifneq ($(CROSS),)
+# aarch64 gcc 12 stops with an internal error vectorizing one reduction of
+# this test (vect_transform_reduction); the kernels themselves are fine.
+$(BUILD)/tests/unit/kernels/test_kernels_q4: CFLAGS += -fno-tree-loop-vectorize
 endif
 
 objs = $(patsubst %.c,$(BUILD)/%.o,$(1))
@@ -143,6 +209,8 @@ help:
 	@echo "make test     install what is missing, build, run every test"
 	@echo "make demo     run the end-to-end demo on a generated tiny model"
 	@echo "make asan     AddressSanitizer + UBSan build, then the tests"
+	@echo "make PORTABLE=1 [test]  the POSIX paths macOS takes, built here (build-portable/)"
+	@echo "make CROSS=aarch64-linux-gnu  the whole project for arm64 Linux (build-aarch64/)"
 	@echo "make lint     banned functions, file and function sizes, rooms' includes"
 	@echo "make bench    benchmarks; figures in bench/out/results.json"
 	@echo "make fuzz     libFuzzer targets for a bounded time (clang)"
@@ -152,10 +220,10 @@ help:
 	@echo "make clean    remove build/, bin/ and generated output"
 
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh $(if $(CROSS),--cross $(CROSS))
 
 check-deps:
-	@scripts/deps.sh --check || { echo "shoal: build dependencies are missing; run 'make deps' (or 'make test', which installs them)" >&2; exit 1; }
+	@scripts/deps.sh --check $(if $(CROSS),--cross $(CROSS)) || { echo "shoal: build dependencies are missing; run 'make deps' (or 'make test', which installs them)" >&2; exit 1; }
 
 .PHONY: check-deps
 
@@ -167,7 +235,7 @@ define LIB_RULE
 $(call lib,$(1)): $(call objs,$($(1)_SRC))
 	@mkdir -p $$(dir $$@)
 	rm -f $$@
-	ar rcs $$@ $$^
+	$(AR) rcs $$@ $$^
 endef
 $(foreach c,$(COMPONENTS),$(eval $(call LIB_RULE,$(c))))
 
@@ -211,11 +279,11 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test:
 	@scripts/deps.sh --if-missing
 	@$(MAKE) --no-print-directory -j$(JOBS) tests-build
-	@BUILD=$(BUILD) BIN=$(BIN) tests/run.sh
+	@BUILD=$(BUILD) BIN=$(BIN) SHOAL_PORTABLE=$(PORTABLE) tests/run.sh
 
 unit integration:
 	@$(MAKE) --no-print-directory tests-build
-	@BUILD=$(BUILD) BIN=$(BIN) tests/run.sh --$@
+	@BUILD=$(BUILD) BIN=$(BIN) SHOAL_PORTABLE=$(PORTABLE) tests/run.sh --$@
 
 demo:
 	@scripts/deps.sh --if-missing
@@ -251,7 +319,7 @@ fuzz:
 	@scripts/fuzz.sh
 
 clean:
-	rm -rf build build-asan build-fuzz bin bench/out demo
+	rm -rf build build-asan build-fuzz build-portable build-aarch64 build-aarch64-portable bin bench/out demo
 
 # ---- install ---------------------------------------------------------------
 # What a user runs is installed; the developer tools (hubmock, mkmodel,
@@ -300,11 +368,15 @@ install: man
 	    > $(DESTDIR)$(UNITDIR)/shoald.service
 	sed 's|/usr/local/bin/|$(BINDIR)/|g' contrib/systemd/shoald-system.service \
 	    > $(DESTDIR)$(DOCDIR)/examples/shoald-system.service
-	chmod 0644 $(DESTDIR)$(UNITDIR)/shoald.service $(DESTDIR)$(DOCDIR)/examples/shoald-system.service
+	sed 's|/usr/local/bin/|$(BINDIR)/|g' contrib/launchd/org.shoal.shoald.plist \
+	    > $(DESTDIR)$(DOCDIR)/examples/org.shoal.shoald.plist
+	chmod 0644 $(DESTDIR)$(UNITDIR)/shoald.service $(DESTDIR)$(DOCDIR)/examples/shoald-system.service \
+	    $(DESTDIR)$(DOCDIR)/examples/org.shoal.shoald.plist
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/
 	install -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
 	@echo "installed into $(DESTDIR)$(PREFIX): $(USER_BINS), their man pages and completions;"
 	@echo "the user unit $(UNITDIR)/shoald.service (systemctl --user enable --now shoald)"
+	@echo "(macOS: the launchd agent $(DOCDIR)/examples/org.shoal.shoald.plist; docs/macos.md)"
 
 install-dev: install
 	$(call install_bins,$(DEV_BINS))
@@ -316,4 +388,4 @@ uninstall:
 	rm -f $(DESTDIR)$(UNITDIR)/shoald.service
 	rm -rf $(DESTDIR)$(DOCDIR)
 
--include $(shell find $(BUILD) build-asan -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) $(if $(filter build,$(BUILD)),build-asan) -name '*.d' 2>/dev/null)

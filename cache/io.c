@@ -5,6 +5,7 @@
  * here, so tests can inject faults at any of them.
  */
 #include "cache/cache_int.h"
+#include "common/platform.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,11 +16,11 @@ static int sys_open(const char *path, int flags, mode_t mode) { return open(path
 static ssize_t sys_write(int fd, const void *p, size_t n) { return write(fd, p, n); }
 static ssize_t sys_pwrite(int fd, const void *p, size_t n, off_t off) { return pwrite(fd, p, n, off); }
 static int sys_fsync(int fd) { return fsync(fd); }
-static int sys_fdatasync(int fd) { return fdatasync(fd); }
+static int sys_fdatasync(int fd) { return shoal_fdatasync(fd); }
 static int sys_rename(const char *a, const char *b) { return rename(a, b); }
 static int sys_unlink(const char *p) { return unlink(p); }
 static int sys_ftruncate(int fd, off_t len) { return ftruncate(fd, len); }
-static int sys_fallocate(int fd, int mode, off_t off, off_t len) { return fallocate(fd, mode, off, len); }
+static int sys_fallocate(int fd, int mode, off_t off, off_t len) { return shoal_fallocate(fd, mode, off, len); }
 
 static const cache_io io_real = {
     sys_open, sys_write, sys_pwrite, sys_fsync, sys_fdatasync,

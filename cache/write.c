@@ -48,6 +48,7 @@
 #include <xxhash.h>
 
 #include "common/log.h"
+#include "common/platform.h"
 #include "common/sys.h"
 
 enum { W_WRITING = 1, W_FAILED = 2 };
@@ -207,7 +208,7 @@ static int writer_alloc(cache_writer *w, shoal_err *err)
 {
     if (w->allocated)
         return 0;
-    if (cache_io_now.fallocate(w->fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)w->len) != 0 &&
+    if (cache_io_now.fallocate(w->fd, SHOAL_FALLOC_KEEP_SIZE, 0, (off_t)w->len) != 0 &&
         errno != EOPNOTSUPP && errno != ENOSYS)
         return errno_fail(w, "fallocate", err);
     w->allocated = 1;

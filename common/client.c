@@ -9,6 +9,7 @@
  */
 #include "common/client.h"
 #include "common/path.h"
+#include "common/platform.h"
 #include "common/version.h"
 
 #include <errno.h>
@@ -305,7 +306,7 @@ int shoal_client_connect(const shoal_client_opts *opts, shoal_client **out, shoa
         goto fail;
     }
     memcpy(sa.sun_path, c->where, (size_t)n + 1);
-    c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    c->sock = shoal_socket(AF_UNIX, SOCK_STREAM, 0, 0);
     if (c->sock < 0) {
         rc = shoal_err_set(err, shoal_err_from_errno(errno), "socket: %s", strerror(errno));
         goto fail;
@@ -504,7 +505,7 @@ int shoal_item_map(const shoal_item *it, int populate, shoal_view *out, shoal_er
     if (it->offset + it->length < it->offset || it->offset - start + it->length > SIZE_MAX)
         return shoal_err_set(err, SHOAL_ERANGE, "item %u: range too large to map", it->index);
     out->maplen = (size_t)(it->offset - start + it->length);
-    p = mmap(NULL, out->maplen, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), it->fd,
+    p = mmap(NULL, out->maplen, PROT_READ, MAP_SHARED | (populate ? SHOAL_MAP_POPULATE : 0), it->fd,
              (off_t)start);
     if (p == MAP_FAILED) {
         int e = errno;

@@ -1,5 +1,6 @@
-/* platform.c — memory limits from /proc, the memory cgroup and rlimits
- * (see platform.h).
+/* platform.c — memory limits from /proc (macOS: sysctl and the Mach host
+ * statistics; PORTABLE: sysconf), the memory cgroup and rlimits, and
+ * reopening a descriptor (see platform.h).
  *
  * The cgroup: /proc/self/cgroup names the process's group per hierarchy
  * ("0::/path" for v2, "N:...memory...:/path" for v1); /proc/self/mountinfo
@@ -19,6 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
+#if defined(__APPLE__)
+#include <limits.h>
+#include <mach/mach.h>
+#include <sys/sysctl.h>
+#endif
 
 #include "common/buf.h"
 #include "common/path.h"
@@ -249,8 +256,45 @@ static void consider(shoal_mem_limits *out, uint64_t v, const char *by)
     }
 }
 
+#if !SHOAL_PLATFORM_LINUX
+/* The machine's memory without /proc (macOS, the PORTABLE build): 0, or
+ * -1 when the system will not say.  *by names the source. */
+static int system_memory(shoal_mem_limits *out, const char **by)
+{
+#if defined(__APPLE__)
+    uint64_t total = 0;
+    size_t len = sizeof total;
+    vm_statistics64_data_t vm;
+    mach_msg_type_number_t n = HOST_VM_INFO64_COUNT;
+    if (sysctlbyname("hw.memsize", &total, &len, NULL, 0) != 0 || total == 0)
+        return -1;
+    out->mem_total = total;
+    /* free, inactive and purgeable pages: what can be had without paging
+     * anything out, the nearest to Linux's MemAvailable */
+    if (host_statistics64(mach_host_self(), HOST_VM_INFO64, (host_info64_t)&vm, &n) ==
+        KERN_SUCCESS)
+        out->mem_available = ((uint64_t)vm.free_count + vm.inactive_count + vm.purgeable_count) *
+                             (uint64_t)vm_page_size;
+    *by = "hw.memsize";
+    return 0;
+#else
+    long pages = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || pg <= 0)
+        return -1;
+    out->mem_total = (uint64_t)pages * (uint64_t)pg;
+#ifdef _SC_AVPHYS_PAGES
+    if ((pages = sysconf(_SC_AVPHYS_PAGES)) > 0)
+        out->mem_available = (uint64_t)pages * (uint64_t)pg;
+#endif
+    *by = "physical memory";
+    return 0;
+#endif
+}
+#endif
+
 int shoal_mem_limits_read(const char *root, shoal_mem_limits *out, shoal_err *err)
 {
+    const char *total_by = "MemTotal";
     shoal_buf b, mi, cg;
     int rc = 0;
 
@@ -260,20 +304,32 @@ int shoal_mem_limits_read(const char *root, shoal_mem_limits *out, shoal_err *er
     shoal_buf_init(&b, 0);
     shoal_buf_init(&mi, 0);
     shoal_buf_init(&cg, 0);
-    if (read_text(root, "/proc/meminfo", &b) != 0) {
-        rc = shoal_err_set(err, SHOAL_EIO, "%s/proc/meminfo: cannot read it", root);
-        goto done;
+#if !SHOAL_PLATFORM_LINUX
+    if (!*root) {   /* the real machine: no /proc/meminfo to read */
+        if (system_memory(out, &total_by) != 0) {
+            rc = shoal_err_set(err, SHOAL_EIO, "the system does not say how much memory it has");
+            goto done;
+        }
+    } else
+#endif
+    {   /* Linux, and any build reading a test's tree */
+        if (read_text(root, "/proc/meminfo", &b) != 0) {
+            rc = shoal_err_set(err, SHOAL_EIO, "%s/proc/meminfo: cannot read it", root);
+            goto done;
+        }
+        out->mem_total = meminfo_get((const char *)b.data, "MemTotal");
+        out->mem_available = meminfo_get((const char *)b.data, "MemAvailable");
     }
-    out->mem_total = meminfo_get((const char *)b.data, "MemTotal");
-    out->mem_available = meminfo_get((const char *)b.data, "MemAvailable");
+#if !defined(__APPLE__)   /* cgroups: Linux's, read where their files are */
     if (read_text(root, "/proc/self/mountinfo", &mi) == 0 &&
         read_text(root, "/proc/self/cgroup", &cg) == 0) {
         cgroup_read(root, (const char *)mi.data, (const char *)cg.data, 2, out, &b);
         cgroup_read(root, (const char *)mi.data, (const char *)cg.data, 1, out, &b);
     }
+#endif
     out->rlimit_as = rlimit_get(RLIMIT_AS);
     out->rlimit_data = rlimit_get(RLIMIT_DATA);
-    consider(out, out->mem_total, "MemTotal");
+    consider(out, out->mem_total, total_by);
     consider(out, out->cgroup_max, out->cgroup_version == 2 ? "cgroup memory.max"
                                                             : "cgroup memory.limit_in_bytes");
     consider(out, out->cgroup_high, "cgroup memory.high");
@@ -288,7 +344,16 @@ done:
 
 int shoal_fd_reopen(int fd, int flags)
 {
+#if defined(__APPLE__)
+    char path[PATH_MAX];
+    if (fcntl(fd, F_GETPATH, path) != 0)
+        return -1;
+    return open(path, flags | O_CLOEXEC);
+#else
+    /* Linux, the PORTABLE build too: POSIX has no way to reopen a
+     * descriptor, and /proc/self/fd is the only one Linux has */
     char path[64];
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
     return open(path, flags | O_CLOEXEC);
+#endif
 }

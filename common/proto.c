@@ -1,6 +1,7 @@
 /* proto.c — codec of the shoald socket protocol (see proto.h and
  * docs/protocol.md for the header's offset table). */
 #include "common/proto.h"
+#include "common/platform.h"
 #include "common/sys.h"
 
 #include <errno.h>
@@ -344,7 +345,7 @@ int shoal_msg_send(int sock, const void *msg, size_t len, int pass_fd)
             c->cmsg_len = CMSG_LEN(sizeof(int));
             memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
         }
-        w = sendmsg(sock, &mh, MSG_NOSIGNAL);
+        w = sendmsg(sock, &mh, SHOAL_MSG_NOSIGNAL);
         if (w < 0) {
             if (errno == EINTR)
                 continue;

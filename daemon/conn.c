@@ -33,6 +33,7 @@
  */
 #include "daemon/daemon_int.h"
 #include "common/log.h"
+#include "common/platform.h"
 #include "common/sys.h"
 
 #include <errno.h>
@@ -181,7 +182,7 @@ static int conn_flush(conn *c)
             cm->cmsg_len = CMSG_LEN(sizeof(int));
             memcpy(CMSG_DATA(cm), &m->fd, sizeof(int));
         }
-        w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        w = sendmsg(c->fd, &mh, SHOAL_MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
             if (errno == EINTR)
                 continue;

@@ -36,6 +36,7 @@
  */
 #include "daemon/daemon_int.h"
 #include "common/log.h"
+#include "common/platform.h"
 #include "common/sys.h"
 
 #include <errno.h>
@@ -225,8 +226,8 @@ static int put_copy(put *p, int dst, shoal_err *err)
 
     while (off < p->length && rc == 0) {
         size_t n = p->length - off < DERIVED_CHUNK ? (size_t)(p->length - off) : DERIVED_CHUNK;
-        loff_t in = (loff_t)off, out = (loff_t)off;
-        ssize_t k = buf ? -1 : copy_file_range(p->src_fd, &in, dst, &out, n, 0);
+        off_t in = (off_t)off, out = (off_t)off;
+        ssize_t k = buf ? -1 : shoal_copy_range(p->src_fd, &in, dst, &out, n);
         if (k < 0 && !buf && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
                               errno == EOPNOTSUPP)) {
             if (!(buf = malloc(DERIVED_CHUNK)))

@@ -14,6 +14,7 @@
 #include "common/cli.h"
 #include "common/hfenv.h"
 #include "common/log.h"
+#include "common/platform.h"
 #include "common/sys.h"
 #include "common/version.h"
 
@@ -430,11 +431,7 @@ static void daemon_close(shoald *d)
 /* More descriptors: every queued GET item holds one. */
 static void raise_nofile(void)
 {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
+    (void)shoal_fd_limit_raise();
 }
 
 /* Fork; the parent waits for the child's word through a pipe, says
@@ -444,7 +441,7 @@ static int detach(const char *log_path, const char *socket_path)
 {
     int p[2];
     pid_t pid;
-    if (pipe2(p, O_CLOEXEC) != 0)
+    if (shoal_pipe(p, SHOAL_FD_CLOEXEC) != 0)
         return -2;
     pid = fork();
     if (pid < 0)

@@ -18,6 +18,7 @@
 #include "daemon/daemon_int.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/platform.h"
 #include "common/sys.h"
 #include "common/version.h"
 
@@ -88,16 +89,7 @@ static int op_hello(conn *c, const daemon_request *rq)
 /* A sealed memfd holding the manifest's encoding.  -1 on failure. */
 static int manifest_fd(const model *md)
 {
-    int fd = memfd_create("shoal-manifest", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0)
-        return -1;
-    if (shoal_write_all(fd, md->encoded.data, md->encoded.len) != 0 ||
-        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
-        close(fd);
-        return -1;
-    }
-    lseek(fd, 0, SEEK_SET);
-    return fd;
+    return shoal_sealed_file("shoal-manifest", md->encoded.data, md->encoded.len);
 }
 
 /* OPEN_OK with a fresh descriptor of md's manifest; md's reference goes to

@@ -19,6 +19,7 @@
  */
 #include "daemon/daemon_int.h"
 #include "common/log.h"
+#include "common/platform.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -37,7 +38,7 @@ static int socket_alive(const char *path)
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
     int fd, alive;
 
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    fd = shoal_socket(AF_UNIX, SOCK_STREAM, 0, 0);
     if (fd < 0)
         return 0;
     memcpy(sa.sun_path, path, strlen(path) + 1);
@@ -90,7 +91,7 @@ static void server_refuse(shoald *d, int fd, uint32_t uid)
     shoal_msg_begin(&mb, SHOAL_MSG_ERROR, SHOAL_MSG_F_LAST, 0);
     shoal_msg_put_i32(&mb, SHOAL_EBUSY);
     shoal_msg_put_str(&mb, msg, (size_t)n);
-    if (shoal_msg_end(&mb) == 0 && send(fd, mb.buf.data, mb.buf.len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+    if (shoal_msg_end(&mb) == 0 && send(fd, mb.buf.data, mb.buf.len, SHOAL_MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
         LOG_DEBUG("server", "refusing a connection: %s", strerror(errno));
     shoal_msg_builder_free(&mb);
     close(fd);
@@ -101,9 +102,8 @@ static void server_on_accept(evutil_socket_t lfd, short what, void *arg)
     shoald *d = arg;
     (void)what;
     for (int i = 0; i < 64; i++) {
-        struct ucred cr = { 0 };
-        socklen_t cl = sizeof cr;
-        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        uint32_t uid;
+        int fd = shoal_accept(lfd, SHOAL_FD_NONBLOCK);
         if (fd < 0) {
             int e = errno;
             if (e == EINTR || e == ECONNABORTED)
@@ -115,13 +115,13 @@ static void server_on_accept(evutil_socket_t lfd, short what, void *arg)
             return;
         }
         d->accept_backoff_ms = 0;
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0)
-            cr.uid = (uid_t)-1;
+        if (shoal_peer_uid(fd, &uid) != 0)
+            uid = (uint32_t)-1;
         if (d->stopping) {
             close(fd);
-        } else if (!conn_admit(d, (uint32_t)cr.uid)) {
-            server_refuse(d, fd, (uint32_t)cr.uid);
-        } else if (conn_new(d, fd, (uint32_t)cr.uid) != 0) {
+        } else if (!conn_admit(d, uid)) {
+            server_refuse(d, fd, uid);
+        } else if (conn_new(d, fd, uid) != 0) {
             close(fd);
         }
     }
@@ -174,7 +174,7 @@ int server_listen(shoald *d, shoal_err *err)
             return shoal_err_set(err, shoal_err_from_errno(errno), "remove stale socket %s: %s",
                                  path, strerror(errno));
     }
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    fd = shoal_socket(AF_UNIX, SOCK_STREAM, 0, SHOAL_FD_NONBLOCK);
     if (fd < 0)
         return shoal_err_set(err, shoal_err_from_errno(errno), "socket: %s", strerror(errno));
     memcpy(sa.sun_path, path, strlen(path) + 1);

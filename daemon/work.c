@@ -33,6 +33,7 @@
  */
 #include "daemon/daemon_int.h"
 #include "common/log.h"
+#include "common/platform.h"
 #include "common/sys.h"
 
 #include <errno.h>
@@ -41,7 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #define WORK_TICK_MS 100          /* progress timer; frames at most every 500 ms */
@@ -106,7 +106,7 @@ static work *list_pop(work **head, work **tail)
 static void *worker_main(void *arg)
 {
     struct workers *W = arg;
-    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WORK_NICE) != 0)
+    if (shoal_thread_nice(WORK_NICE) != 0)
         LOG_DEBUG("work", "cannot lower a worker's priority: %s", strerror(errno));
     pthread_mutex_lock(&W->mu);
     for (;;) {

@@ -32,6 +32,7 @@
 #include <xxhash.h>
 
 #include "common/log.h"
+#include "common/platform.h"
 #include "common/sys.h"
 #include "fetcher/http_int.h"
 
@@ -419,8 +420,8 @@ static int local_stat(fetch_upstream *u, const char *path, char *etag, size_t ca
     {
         char buf[PATH_MAX + 96];
         int n = snprintf(buf, sizeof buf, "%s|%" PRIu64 "|%lld.%09ld|%llu", rp, *size,
-                         (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
-                         (unsigned long long)st.st_ino);
+                         (long long)(shoal_stat_mtime_ns(&st) / 1000000000),
+                         (long)(shoal_stat_mtime_ns(&st) % 1000000000), (unsigned long long)st.st_ino);
         XXH128_hash_t h = XXH3_128bits(buf, (size_t)(n > 0 ? n : 0));
         snprintf(etag, cap, "local-%016llx%016llx", (unsigned long long)h.high64,
                  (unsigned long long)h.low64);
@@ -581,8 +582,8 @@ static int local_commit(fetch_upstream *u, shoal_err *err)
                 || !S_ISREG(st.st_mode))
                 continue;
             len = snprintf(line, sizeof line, "%s%c%lld%c%lld.%09ld\n", names[i], 0,
-                           (long long)st.st_size, 0, (long long)st.st_mtim.tv_sec,
-                           st.st_mtim.tv_nsec);
+                           (long long)st.st_size, 0, (long long)(shoal_stat_mtime_ns(&st) / 1000000000),
+                           (long)(shoal_stat_mtime_ns(&st) % 1000000000));
             XXH3_128bits_update(h, line, (size_t)len);
         }
         {

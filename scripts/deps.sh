@@ -5,6 +5,13 @@
 #   scripts/deps.sh              install anything missing, saying what it does
 #   scripts/deps.sh --if-missing same, but silent when everything is present
 #   scripts/deps.sh --check      exit 0 if the C build can run, 1 otherwise
+#   scripts/deps.sh [--check|--if-missing] --cross aarch64-linux-gnu
+#                                the same for `make CROSS=...`: the cross
+#                                compiler, qemu-user, and the arm64 -dev
+#                                packages through Debian multiarch
+#                                (dpkg --add-architecture arm64)
+# On macOS (uname -s Darwin) it installs through Homebrew instead
+# (docs/macos.md).
 #
 # Idempotent: a second run with everything present takes well under a second.
 set -euo pipefail
@@ -31,7 +38,80 @@ APT_PKGS+=(libsystemd-dev systemd man-db)
 # tests/integration/test_mpi.sh (mpirun); nothing else uses MPI (docs/mpi.md).
 APT_PKGS+=(openmpi-bin libopenmpi-dev)
 NPM_DIR=tests/node
-mode=${1:-install}
+mode=install
+cross=
+while [ $# -gt 0 ]; do
+    case $1 in
+        --check|--if-missing) mode=$1 ;;
+        --cross) cross=${2:?--cross needs a triplet (aarch64-linux-gnu)}; shift ;;
+        *) echo "deps: unknown argument $1 (--check, --if-missing, --cross TRIPLET)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+# ---- macOS: Homebrew ----------------------------------------------------------
+if [ "$(uname -s)" = Darwin ]; then
+    # bash 4+ and the GNU tools: the integration scripts use them (docs/macos.md)
+    BREW_PKGS=(pkg-config curl sqlite libevent jansson pcre2 cmocka xxhash openssl@3 python numpy
+               bash coreutils gnu-sed grep findutils)
+    command -v brew >/dev/null || { echo "deps: install Homebrew first (https://brew.sh), then run this again" >&2; exit 1; }
+    if [ "$mode" = --check ]; then
+        PKG_CONFIG_PATH=$(for k in openssl@3 sqlite curl libevent; do printf '%s:' "$(brew --prefix)/opt/$k/lib/pkgconfig"; done)${PKG_CONFIG_PATH:-}
+        export PKG_CONFIG_PATH
+        command -v pkg-config >/dev/null && pkg-config --exists "${PC_PKGS[@]}"
+        exit $?
+    fi
+    missing=()
+    for p in "${BREW_PKGS[@]}"; do brew list --versions "$p" >/dev/null 2>&1 || missing+=("$p"); done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "deps: brew install ${missing[*]}"
+        brew install "${missing[@]}" || { echo "deps: brew install failed for: ${missing[*]}" >&2; exit 1; }
+    elif [ "$mode" = install ]; then
+        echo "deps: Homebrew packages present (${#BREW_PKGS[@]} checked)"
+    fi
+    exit 0
+fi
+
+# ---- a cross build: Debian multiarch ---------------------------------------------
+# The -dev packages of the target architecture install beside the host's
+# (Multi-Arch: same).  libevent-dev is not multi-arch (installing its arm64
+# package would remove the host's), so only its runtime libraries come in:
+# the headers are the host's (the same on every 64-bit Linux) and the
+# Makefile links the libraries by file name.
+if [ -n "$cross" ]; then
+    arch=$(case $cross in aarch64-*) echo arm64 ;; x86_64-*) echo amd64 ;; *) echo "" ;; esac)
+    [ -n "$arch" ] || { echo "deps: no Debian architecture known for $cross" >&2; exit 2; }
+    CROSS_APT=(gcc-$cross qemu-user)
+    for p in libcurl4-openssl-dev libsqlite3-dev libssl-dev libjansson-dev libpcre2-dev \
+             libcmocka-dev libxxhash-dev libevent-2.1-7 libevent-pthreads-2.1-7; do
+        CROSS_APT+=("$p:$arch")
+    done
+    missing=()
+    for p in "${CROSS_APT[@]}"; do
+        st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+        [ "$st" = "install ok installed" ] || missing+=("$p")
+    done
+    if [ "$mode" = --check ]; then
+        [ ${#missing[@]} -eq 0 ] || { echo "deps: missing for $cross: ${missing[*]}" >&2; exit 1; }
+        exit 0
+    fi
+    [ ${#missing[@]} -eq 0 ] || [ "$(id -u)" = 0 ] || command -v sudo >/dev/null \
+        || { echo "deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "deps: for $cross: apt-get install ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        if ! dpkg --print-foreign-architectures | grep -qx "$arch"; then
+            $SUDO dpkg --add-architecture "$arch"
+        fi
+        $SUDO apt-get update -qq || { echo "deps: apt-get update failed; check the network or the apt sources" >&2; exit 1; }
+        $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+            || { echo "deps: apt-get install failed for: ${missing[*]}" >&2; exit 1; }
+    elif [ "$mode" = install ]; then
+        echo "deps: packages for $cross present (${#CROSS_APT[@]} checked)"
+    fi
+    exit 0
+fi
 
 if [ "$mode" = "--check" ]; then
     command -v pkg-config >/dev/null && pkg-config --exists "${PC_PKGS[@]}"

@@ -7,6 +7,8 @@
 #     its configuration as arguments and returns errors)
 #   - rooms (docs/README.md): no file includes another room's private
 #     *_int.h, and each room of engine/ includes only the rooms it may use
+#   - the platform layer (common/platform.h, docs/macos.md): no Linux-only
+#     header, call, flag or /proc and /sys path outside common/platform*
 # Prints each finding as FILE:LINE: message and exits 1 if there is any.
 #
 #   scripts/lint.sh [ROOT]    ROOT: the tree to check (default: this one);
@@ -145,6 +147,39 @@ for f in $srcs; do
                 esac ;;
         esac
     done < <(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f")
+done
+
+# ---- the platform layer -------------------------------------------------------
+# Everything Linux has and macOS lacks (or spells differently) is called in
+# common/platform.c and platform_os.c only; the rest of the tree is POSIX
+# C11 so that it builds on a Mac.  Comments and strings do not count for
+# names (a message may say O_DIRECT); paths are looked for in strings.
+# tests/unit/common/test_platform*.c test the layer's /proc parsing.
+linux_hdr='(linux|asm|gnu|bits)/|sys/(epoll|inotify|eventfd|signalfd|timerfd|sysinfo|prctl|vfs|statfs|sendfile|fsuid|personality|auxv|syscall|random|sysmacros|xattr|klog|reboot|swap|capability)\.h|(malloc|mntent|features|byteswap|endian)\.h'
+linux_ids='memfd_create|memfd_secret|MFD_[A-Z_]+|F_ADD_SEALS|F_GET_SEALS|F_SEAL_[A-Z]+|O_TMPFILE|O_DIRECT|O_NOATIME|O_PATH|O_LARGEFILE'
+linux_ids+='|MADV_(POPULATE_READ|POPULATE_WRITE|HUGEPAGE|NOHUGEPAGE|REMOVE|DONTFORK|DOFORK|DONTDUMP|DODUMP|COLLAPSE|PAGEOUT|COLD)'
+linux_ids+='|MAP_(POPULATE|HUGETLB|LOCKED|FIXED_NOREPLACE|GROWSDOWN)|posix_fadvise|POSIX_FADV_[A-Z]+|posix_fallocate|fallocate|FALLOC_FL_[A-Z_]+'
+linux_ids+='|copy_file_range|sendfile|splice|vmsplice|sync_file_range|readahead|syncfs|fdatasync|prlimit|getrandom|gettid|SYS_[a-z_0-9]+|syscall'
+linux_ids+='|accept4|pipe2|dup3|SOCK_CLOEXEC|SOCK_NONBLOCK|MSG_NOSIGNAL|SO_PEERCRED|SCM_CREDENTIALS|ucred|TCP_CORK|MSG_MORE'
+linux_ids+='|epoll_[a-z_]+|inotify_[a-z_]+|eventfd|signalfd|timerfd_[a-z]+|sched_[gs]etaffinity|CPU_(SET|ZERO|ISSET|COUNT)|cpu_set_t'
+linux_ids+='|pthread_[gs]etaffinity_np|pthread_getattr_np|malloc_trim|malloc_usable_size|mallinfo2?|mremap|statfs|TMPFS_MAGIC|sysinfo'
+linux_ids+='|get_nprocs(_conf)?|qsort_r|st_[amc]tim|strchrnul|program_invocation_(short_)?name|secure_getenv|loff_t|off64_t|lseek64'
+linux_ids+='|close_range|renameat2|statx|sd_listen_fds'
+for f in $srcs; do
+    [ -f "$f" ] || continue
+    case $f in common/platform*|tests/unit/common/test_platform*) continue ;; esac
+    while IFS=: read -r ln rest; do
+        report "$f:$ln: Linux-only header <$(echo "$rest" | grep -oE "$linux_hdr" | head -1)> outside the platform layer: call through common/platform.h (docs/macos.md)"
+    done < <(grep -nE "^[[:space:]]*#[[:space:]]*include[[:space:]]*<($linux_hdr)" "$f")
+    # code without comments and strings, line numbers kept
+    while IFS=: read -r ln rest; do
+        id=$(echo "$rest" | grep -oE "(^|[^._a-zA-Z0-9>*])($linux_ids)\b" | head -1 | sed -E 's/^[^_a-zA-Z]//')
+        report "$f:$ln: Linux-only $id outside the platform layer: call through common/platform.h (docs/macos.md)"
+    done < <(sed -E 's/"([^"\\]|\\.)*"/""/g; s@/\*.*\*/@@g; s@//.*$@@' "$f" | grep -nE "(^|[^._a-zA-Z0-9>*])($linux_ids)\b" \
+             | grep -vE '^[0-9]+:[[:space:]]*(\*|/\*)')
+    while IFS=: read -r ln rest; do
+        report "$f:$ln: a /proc or /sys path outside the platform layer (macOS has neither): ask common/platform.h"
+    done < <(grep -nE '"/(proc|sys)/' "$f" | grep -vE '^[0-9]+:[[:space:]]*(\*|/\*|//)')
 done
 
 if [ $found -eq 0 ]; then

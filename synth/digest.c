@@ -11,6 +11,7 @@
  * is committed and hubmock keeps a cache file.
  */
 #include "synth/synth_int.h"
+#include "common/platform.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -231,7 +232,7 @@ int synth_digest_run(synth_digest_job *jobs, size_t n, int threads, synth_progre
         p.order[i] = i;
         total += jobs[i].len;
     }
-    qsort_r(p.order, n, sizeof *p.order, job_cmp, jobs);
+    shoal_qsort_r(p.order, n, sizeof *p.order, job_cmp, jobs);
     pthread_mutex_init(&p.mu, NULL);
     pthread_cond_init(&p.cv, NULL);
     pthread_mutex_lock(&p.mu);

@@ -8,6 +8,7 @@
  * (tensors.c) nor their bytes (weights.c).
  */
 #include "synth/synth_int.h"
+#include "common/platform.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,7 @@ int synth_index_render(const synth_tensors *ts, shoal_buf *out)
         return SHOAL_ENOMEM;
     for (size_t i = 0; i < ts->count; i++)
         by_name[i] = &ts->t[i];
-    qsort_r(by_name, ts->count, sizeof *by_name, name_cmp, (void *)ts);
+    shoal_qsort_r(by_name, ts->count, sizeof *by_name, name_cmp, (void *)ts);
     rc = shoal_buf_appendf(out, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n"
                            "  \"weight_map\": {\n", (unsigned long long)ts->total_bytes);
     for (size_t i = 0; i < ts->count && !rc; i++) {

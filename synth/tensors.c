@@ -21,6 +21,7 @@
  * w3.weight_scale.
  */
 #include "synth/synth_int.h"
+#include "common/platform.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -242,7 +243,7 @@ int synth_tensors_build(const synth_config *c, synth_tensors *ts, shoal_err *err
     }
     if (c->preset == SYNTH_PRESET_ORACLE)
         synth_oracle_tag(c, ts);
-    qsort_r(ts->t, ts->count, sizeof *ts->t, file_order_cmp, ts->names.data);
+    shoal_qsort_r(ts->t, ts->count, sizeof *ts->t, file_order_cmp, ts->names.data);
     uint64_t off = 0;
     for (size_t i = 0; i < ts->count; i++) {
         if (i > 0 && ts->t[i].shard != ts->t[i - 1].shard)

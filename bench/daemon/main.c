@@ -20,6 +20,7 @@
 #include "bench/lib/bench.h"
 #include "common/client.h"
 #include "common/manifest.h"
+#include "common/platform.h"
 #include "common/sys.h"
 
 #include <errno.h>
@@ -91,18 +92,10 @@ static int run(char *const argv[])
 
 static uint64_t proc_kb(pid_t pid, const char *field)
 {
-    char path[64], line[256];
-    uint64_t v = 0;
-    FILE *f;
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    f = fopen(path, "r");
-    if (!f)
+    uint64_t rss, anon, peak;
+    if (shoal_proc_mem(pid, &rss, &anon, &peak) != 0)
         return 0;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, field, strlen(field)) == 0)
-            v = strtoull(line + strlen(field), NULL, 10);
-    fclose(f);
-    return v;
+    return (strcmp(field, "VmHWM:") == 0 ? peak : rss) / 1024;
 }
 
 static void stop(pid_t *pid)

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "common/path.h"
+#include "common/platform.h"
 
 #define THREADS 2
 #define EXPERTS_PER_LAYER 16
@@ -41,16 +42,8 @@
 
 static uint64_t rss_anon(void)
 {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    unsigned long long kb = 0;
-    if (!f)
-        return 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "RssAnon: %llu kB", &kb) == 1)
-            break;
-    fclose(f);
-    return (uint64_t)kb * 1024;
+    uint64_t rss, anon, peak;
+    return shoal_proc_mem(0, &rss, &anon, &peak) == 0 ? anon : 0;
 }
 
 /* Read every file of dir once (page-cache warm-up). */

@@ -10,6 +10,7 @@
 
 #include "common/cli.h"
 #include "common/log.h"
+#include "common/platform.h"
 #include "common/progress.h"
 #include "engine/cli/cli_int.h"
 
@@ -73,7 +74,6 @@ static shoal_cli_spec SPEC = {
 
 int main(int argc, char **argv)
 {
-    struct rlimit rl;
     shoal_meter_cfg mc;
     shoal_cli_parser p;
     const char *v;
@@ -82,10 +82,7 @@ int main(int argc, char **argv)
     shoal_log_setup("shoal-engine", SHOAL_LOG_WARN, NULL);
     /* an hf:// model with --page-cache dontneed keeps one descriptor per
      * expert in the RAM tier (thousands for K3): allow what the hard limit does */
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
+    (void)shoal_fd_limit_raise();
     shoal_meter_env_capture(&mc, 0);
     cli_progress_setup(&mc);
     for (size_t i = 0; i < NCOMMANDS; i++)

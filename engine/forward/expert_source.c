@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 
+#include "common/platform.h"
 #include "common/sys.h"
 
 struct expert_source {
@@ -156,7 +157,7 @@ static void local_order(void *impl, int layer, int32_t *ids, size_t n)
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= m->cfg.n_experts)
             return;                    /* local_fetch names the bad id */
-    qsort_r(ids, n, sizeof *ids, span_cmp, (void *)m->layers[layer].moe.span);
+    shoal_qsort_r(ids, n, sizeof *ids, span_cmp, (void *)m->layers[layer].moe.span);
 }
 
 expert_source *expert_source_local_new(const engine_model *m)

@@ -147,8 +147,8 @@ static void layer_close(spine_stream *s)
     l->len = l->need = s->pos - l->off;
     if (l->len > s->slot_cap)
         s->slot_cap = l->len;
-    (void)fdatasync(s->fd);
-    (void)posix_fadvise(s->fd, (off_t)l->off, (off_t)l->len, POSIX_FADV_DONTNEED);
+    (void)shoal_fdatasync(s->fd);
+    shoal_cache_drop(s->fd, (off_t)l->off, (off_t)l->len);
 }
 
 int spine_stream_put(spine_stream *s, int layer, engine_mat *dst, k3_fmt fmt, const void *w,
@@ -208,7 +208,7 @@ static int region_read(spine_stream *s, int layer, int slot)
         got += (size_t)r;
     }
     if (!s->direct)
-        (void)posix_fadvise(s->rfd, (off_t)l->off, (off_t)l->len, POSIX_FADV_DONTNEED);
+        shoal_cache_drop(s->rfd, (off_t)l->off, (off_t)l->len);
     return 0;
 }
 
@@ -255,10 +255,10 @@ int spine_stream_seal(spine_stream *s, shoal_err *err)
             return shoal_err_set(err, SHOAL_ENOMEM, "streamed spine: no memory for a buffer of "
                                  "%zu bytes (the plan counted two)", s->slot_cap);
         if (bytes >= ST_ALIGN)
-            (void)madvise(b, bytes, MADV_HUGEPAGE);
+            shoal_hugepage_hint(b, bytes);
         s->slot[i] = b;
     }
-    s->rfd = shoal_fd_reopen(s->fd, O_RDONLY | O_DIRECT);
+    s->rfd = shoal_fd_open_uncached(s->fd);
     s->direct = s->rfd >= 0;
     if (s->direct && region_read(s, s->first, 0) != 0) {   /* O_DIRECT opens but cannot read */
         close(s->rfd);
@@ -426,7 +426,7 @@ int spine_stream_inplace(int fd, uint64_t file_off, uint8_t *pack, int n_layers,
         spine_stream_free(s);
         return shoal_err_set(err, SHOAL_EIO, "streamed spine: %s", strerror(errno));
     }
-    s->rfd = shoal_fd_reopen(s->fd, O_RDONLY | O_DIRECT);
+    s->rfd = shoal_fd_open_uncached(s->fd);
     s->direct = s->rfd >= 0;
     if (!s->direct)
         s->rfd = s->fd;

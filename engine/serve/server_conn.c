@@ -52,6 +52,7 @@
 #include <event2/util.h>
 
 #include "common/log.h"
+#include "common/platform.h"
 #include "common/sys.h"
 #include "engine/serve/serve_int.h"
 
@@ -345,7 +346,7 @@ static void close_with(server *srv, conn *c, int status)
                  "Connection: close\r\n%sContent-Length: %zu\r\n\r\n%s", status,
                  status == 408 ? "Request Timeout" : "Service Unavailable",
                  status == 408 ? "" : "Retry-After: 1\r\n", strlen(body), body);
-    if (fd >= 0 && send(fd, msg, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+    if (fd >= 0 && send(fd, msg, (size_t)n, MSG_DONTWAIT | SHOAL_MSG_NOSIGNAL) < 0)
         LOG_DEBUG(TAG, "%d: %s", status, strerror(errno));
     if (status == 408)
         srv->request_timeouts++;

@@ -240,8 +240,7 @@ static void slot_unload(shoald_src *s, int layer, slot *sl)
         /* why: the blob's pages would otherwise stay cached and push the
          * spine out of RAM on a memory-tight machine */
         if (sl->fd >= 0)
-            posix_fadvise(sl->fd, (off_t)sl->offset, (off_t)s->o.expert_bytes,
-                          POSIX_FADV_DONTNEED);
+            shoal_cache_drop(sl->fd, (off_t)sl->offset, (off_t)s->o.expert_bytes);
     }
     if (sl->fd >= 0)
         close(sl->fd);
@@ -295,7 +294,7 @@ static int part_read_direct(const shoald_src *s, const slot *sl, uint32_t part)
     part_range(s, sl, part, &b0, &b1, &lo, &hi);
     if (!sl->io_direct) {
         int rc = shoal_pread_all(sl->io_fd, buf + lo, hi - lo, (off_t)(start + lo));
-        posix_fadvise(sl->io_fd, (off_t)(start + lo), (off_t)(hi - lo), POSIX_FADV_DONTNEED);
+        shoal_cache_drop(sl->io_fd, (off_t)(start + lo), (off_t)(hi - lo));
         return rc == 0 ? 0 : SHOAL_EIO;
     }
     while (got < b1 - b0) {
@@ -317,7 +316,7 @@ static int part_read(const shoald_src *s, const slot *sl, uint32_t part)
     if (s->o.page_cache == EXPERT_PC_DIRECT)
         return part_read_direct(s, sl, part);
     part_range(s, sl, part, &b0, &b1, &lo, &hi);
-    if (b1 > b0 && madvise((uint8_t *)sl->base + b0, b1 - b0, MADV_POPULATE_READ) != 0) {
+    if (b1 > b0 && shoal_populate_read((uint8_t *)sl->base + b0, b1 - b0) != 0) {
         volatile const uint8_t *p = sl->base;      /* kernels before 5.14: touch its pages */
         size_t pg = (size_t)s->page;
         uint8_t sum = 0;
@@ -543,12 +542,12 @@ static int slot_load_direct(shoald_src *s, slot *sl, shoal_item *it, int prefetc
     else if (posix_memalign(&buf, DIRECT_ALIGN, s->dbuf_len) != 0)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory for an expert");
     else
-        (void)madvise(buf, s->dbuf_len, MADV_HUGEPAGE);   /* a hint: 4 KiB pages work too */
+        shoal_hugepage_hint(buf, s->dbuf_len);   /* a hint: 4 KiB pages work too */
     sl->base = buf;
     sl->maplen = len;
     sl->data = (const uint8_t *)buf + (it->offset - start);
     sl->io_off = it->offset;
-    sl->io_fd = shoal_fd_reopen(it->fd, O_RDONLY | O_DIRECT);
+    sl->io_fd = shoal_fd_open_uncached(it->fd);
     sl->io_direct = sl->io_fd >= 0;
     if (!sl->io_direct) {      /* a file system without O_DIRECT (tmpfs): plain reads */
         sl->io_fd = it->fd;
@@ -1034,7 +1033,7 @@ static void shoald_order(void *impl, int layer, int32_t *ids, size_t n)
 
     if (!s->file_order || check_ids(s, layer, ids, n, &e) != 0)
         return;                        /* fetch names the bad id */
-    qsort_r(ids, n, sizeof *ids, order_cmp,
+    shoal_qsort_r(ids, n, sizeof *ids, order_cmp,
             s->file_order + (size_t)layer * (size_t)s->o.experts_per_layer);
 }
 

@@ -38,6 +38,7 @@
 #include "common/log.h"
 #include "common/manifest.h"
 #include "common/path.h"
+#include "common/platform.h"
 #include "common/sys.h"
 #include "engine/forward/forward.h"
 #include "engine/source/source_int.h"
@@ -311,8 +312,8 @@ static int pack_get(engine_remote *r, engine_spine mode)
  * fails. */
 static int tmp_fd(void)
 {
-    int fd = open("/var/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    return fd >= 0 ? fd : memfd_create("shoal-spine-pack", MFD_CLOEXEC);
+    int fd = shoal_tmpfile("/var/tmp");
+    return fd >= 0 ? fd : shoal_anon_file("shoal-spine-pack");
 }
 
 /* Quantize the BF16 spine (the views tv[0..nv)) into writer w (begun on

@@ -59,7 +59,7 @@ static void *res_main(void *arg)
             break;
         b1 = j->len - b0 > RES_PART ? b0 + RES_PART : j->len;
         if (j->map) {
-            if (madvise(j->buf + b0, b1 - b0, MADV_POPULATE_READ) != 0) {
+            if (shoal_populate_read(j->buf + b0, b1 - b0) != 0) {
                 volatile const uint8_t *q = j->buf;   /* kernels before 5.14 */
                 uint8_t sum = 0;
                 for (size_t i = b0; i < b1; i += 4096)
@@ -134,7 +134,7 @@ static int res_fill(int fd, uint8_t *buf, uint64_t start, size_t b0, size_t b1, 
                   .file_end = file_end > b0 ? file_end - b0 : 0, .buf = buf + b0 };
     int rc;
 
-    j.fd = shoal_fd_reopen(fd, O_RDONLY | O_DIRECT);
+    j.fd = shoal_fd_open_uncached(fd);
     j.direct = j.fd >= 0;
     if (!j.direct)
         j.fd = fd;
@@ -148,7 +148,7 @@ static int res_fill(int fd, uint8_t *buf, uint64_t start, size_t b0, size_t b1, 
     if (j.direct)
         close(j.fd);
     else        /* buffered reads left the pack in the page cache: a second copy */
-        posix_fadvise(fd, (off_t)(start + b0), (off_t)(b1 - b0), POSIX_FADV_DONTNEED);
+        shoal_cache_drop(fd, (off_t)(start + b0), (off_t)(b1 - b0));
     *direct = j.direct;
     return rc;
 }
@@ -186,7 +186,7 @@ int spine_resident_read_part(int fd, uint64_t off, uint64_t len, uint64_t fill,
                              (unsigned long long)len);
     /* a hint (small pages work too); not over a part streamed later, whose pages come
      * and go a layer at a time */
-    (void)madvise(buf, fill < len ? fill_blocks / RES_ALIGN * RES_ALIGN : buflen, MADV_HUGEPAGE);
+    shoal_hugepage_hint(buf, fill < len ? fill_blocks / RES_ALIGN * RES_ALIGN : buflen);
     rc = res_fill(fd, buf, start, 0, fill_blocks, lead + (size_t)len, threads, &direct);
     if (rc != 0) {
         free(buf);

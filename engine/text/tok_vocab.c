@@ -17,6 +17,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/path.h"
+#include "common/platform.h"
 #include "common/sys.h"
 
 #define VOCAB_FILE_MAX   ((size_t)1 << 30)  /* 1 GiB: far above any real vocabulary */
@@ -375,7 +376,7 @@ static int specials_finish(tokenizer *t, tok_special *list, size_t n, size_t cap
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     for (uint32_t i = 0; i < n; i++)
         t->by_first[i] = i;
-    qsort_r(t->by_first, n, sizeof *t->by_first, cmp_first, t);
+    shoal_qsort_r(t->by_first, n, sizeof *t->by_first, cmp_first, t);
     for (size_t i = 0; i < n; i++)
         t->first_start[(uint8_t)t->specials[t->by_first[i]].text[0] + 1]++;
     for (int b = 0; b < 256; b++)

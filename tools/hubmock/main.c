@@ -10,7 +10,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -18,6 +17,7 @@
 #include "common/cli.h"
 #include "common/log.h"
 #include "common/path.h"
+#include "common/platform.h"
 #include "common/progress.h"
 
 enum {
@@ -320,8 +320,8 @@ int main(int argc, char **argv)
     rc = 1;
     hm_rng_seed(&s.rng, s.faults.seed);
     hm_rng_seed(&s.rng2, ~s.faults.seed);
-    if (getrandom(s.secret, sizeof s.secret, 0) != (ssize_t)sizeof s.secret) {
-        fprintf(stderr, "hubmock: getrandom failed\n");
+    if (shoal_random(s.secret, sizeof s.secret) != 0) {
+        fprintf(stderr, "hubmock: no random bytes from the kernel\n");
         goto out;
     }
     if (o.log_path && hm_reqlog_open(o.log_path, s.log_times, &s.log, &err)) {

@@ -104,9 +104,9 @@ static int run_child(char *const argv[], int timeout_ms, child *ch)
     memset(ch, 0, sizeof *ch);
     shoal_buf_init(&ch->out, 0);
     shoal_buf_init(&ch->err, 0);
-    if (pipe2(po, O_CLOEXEC) != 0)
+    if (shoal_pipe(po, SHOAL_FD_CLOEXEC) != 0)
         return SHOAL_EIO;
-    if (pipe2(pe, O_CLOEXEC) != 0) {
+    if (shoal_pipe(pe, SHOAL_FD_CLOEXEC) != 0) {
         close(po[0]), close(po[1]);
         return SHOAL_EIO;
     }
@@ -187,12 +187,9 @@ static const char *last_line(child *ch)
 static void sibling(const char *name, char *out, size_t cap)
 {
     char self[SHOAL_PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-
     snprintf(out, cap, "%s", name);
-    if (n <= 0)
+    if (shoal_exe_path(self, sizeof self) != 0)
         return;
-    self[n] = 0;
     char *slash = strrchr(self, '/');
     if (!slash)
         return;
@@ -587,7 +584,7 @@ static int tcp_probe(const char *host, const char *port, int timeout_ms, double 
     }
     snprintf(why, cap, "no answer from %s:%s within %d ms", host, port, timeout_ms);
     for (struct addrinfo *a = res; a && ok != 0; a = a->ai_next) {
-        int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+        int fd = shoal_socket(a->ai_family, a->ai_socktype, a->ai_protocol, SHOAL_FD_NONBLOCK);
         if (fd < 0)
             continue;
         if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {

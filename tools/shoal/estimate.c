@@ -16,15 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "common/k3_config.h"
 #include "common/manifest.h"
 #include "common/k3_sizes.h"
+#include "common/platform.h"
 #include "common/sys.h"
-
-#define TMPFS_MAGIC_ 0x01021994
 
 typedef struct model_shape {
     char     name[SHOAL_PATH_MAX];
@@ -39,11 +37,10 @@ int cli_measure_disk(const char *dir, uint64_t bytes, double *rate, int *tmpfs, 
     char path[SHOAL_PATH_MAX];
     size_t chunk = 4u << 20;
     uint8_t *buf = malloc(chunk);
-    struct statfs sf;
     int fd, rc = 0;
 
     *rate = 0;
-    *tmpfs = statfs(dir, &sf) == 0 && (unsigned long)sf.f_type == TMPFS_MAGIC_;
+    *tmpfs = shoal_fs_in_ram(dir);
     char name[64];
     snprintf(name, sizeof name, ".shoal-estimate-%d.tmp", (int)getpid());
     if (shoal_path_join(path, sizeof path, dir, name) != 0) {
@@ -67,7 +64,7 @@ int cli_measure_disk(const char *dir, uint64_t bytes, double *rate, int *tmpfs, 
         rc = SHOAL_EIO;
     if (rc == 0) {
         /* Dropped from the page cache, the file is read from the device. */
-        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        shoal_cache_drop(fd, 0, 0);
         uint64_t t0 = shoal_now_ns(), got = 0;
         for (uint64_t at = 0; rc == 0 && at < bytes; at += chunk, got += chunk)
             rc = shoal_pread_all(fd, buf, chunk, (off_t)at);

@@ -17,6 +17,7 @@
 #include "common/json.h"
 #include "common/manifest.h"
 #include "common/path.h"
+#include "common/platform.h"
 #include "common/sys.h"
 
 #include <errno.h>
@@ -407,8 +408,8 @@ static int copy_into(int src, int dst, uint64_t len)
     int rc = 0;
     while (rc == 0 && off < len) {
         size_t n = len - off < (4u << 20) ? (size_t)(len - off) : (4u << 20);
-        loff_t in = (loff_t)off, out = (loff_t)off;
-        ssize_t k = buf ? -1 : copy_file_range(src, &in, dst, &out, n, 0);
+        off_t in = (off_t)off, out = (off_t)off;
+        ssize_t k = buf ? -1 : shoal_copy_range(src, &in, dst, &out, n);
         if (k > 0) {
             off += (uint64_t)k;
             continue;

@@ -24,6 +24,7 @@
 
 #include "cache/cache.h"
 #include "common/log.h"
+#include "common/platform.h"
 #include "tests/unit/cache/cache_testutil.h"
 
 #define ROUNDS 40
@@ -154,7 +155,7 @@ static void test_sigkill_loop(void **state)
     int pfd[2];
     (void)state;
 
-    assert_int_equal(pipe2(pfd, O_NONBLOCK), 0);
+    assert_int_equal(shoal_pipe(pfd, SHOAL_FD_NONBLOCK), 0);
 
     shoal_log_set_level(SHOAL_LOG_ERROR);
     tu_tmpdir(dir, "crash");

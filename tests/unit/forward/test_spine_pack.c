@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/platform.h"
 #include "engine/forward/forward.h"
 #include "tests/lib/k3_fixture.h"
 
@@ -282,7 +283,7 @@ static void roundtrip(engine_spine mode)
     spine_pack *p = NULL;
     uint8_t xxh[16];
     shoal_err e = { 0 };
-    int fd = memfd_create("pack", 0);
+    int fd = shoal_anon_file("pack");
     uint64_t len;
 
     shoal_buf_init(&cfg, 0);
