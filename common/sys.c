@@ -122,3 +122,13 @@ int shoal_write_file_atomic(const char *path, const void *p, size_t n, shoal_err
     }
     return 0;
 }
+
+int shoal_is_hex(const char *s, size_t n)
+{
+    if (strlen(s) != n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return 1;
+}

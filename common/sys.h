@@ -20,6 +20,9 @@ int64_t shoal_wall_ms(void);
 /* Write all n bytes (retrying EINTR and short writes).  0 or a negative
  * code from errno (SHOAL_ENOSPC for a full disk). */
 int shoal_write_all(int fd, const void *p, size_t n);
+/* 1 when s is exactly n lowercase hex digits (a sha256 or git sha1 etag),
+ * else 0. */
+int shoal_is_hex(const char *s, size_t n);
 /* Read exactly n bytes at off.  0, SHOAL_ERANGE on early end of file, or
  * a code from errno. */
 int shoal_pread_all(int fd, void *p, size_t n, off_t off);

@@ -318,14 +318,6 @@ int up_local_path(const fetch_upstream *u, const char *path, char *out, size_t c
     return n < 0 || (size_t)n >= cap ? SHOAL_ETOOBIG : 0;
 }
 
-static int is_hex(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return 0;
-    return 1;
-}
-
 /* 1 when the file at full hashes to hex (64: sha256 of the bytes, 40: the
  * git blob sha1 over "blob <size>\0" and the bytes), 0 when it does not, a
  * negative code when it cannot be read. */
@@ -405,7 +397,7 @@ static int local_stat(fetch_upstream *u, const char *path, char *etag, size_t ca
         base = strrchr(link, '/');
         base = base ? base + 1 : link;
         bl = strlen(base);
-        if ((bl == 64 || bl == 40) && is_hex(base, bl) && bl < cap) {
+        if ((bl == 64 || bl == 40) && shoal_is_hex(base, bl) && bl < cap) {
             int m = up_hash_matches(full, base, bl, *size);
             if (m == 1) {
                 memcpy(etag, base, bl + 1);
@@ -592,7 +584,7 @@ static int local_commit(fetch_upstream *u, shoal_err *err)
                      (unsigned long long)v.high64, (unsigned long long)v.low64);
             /* A snapshot under .../snapshots/<commit> is named by it; its
              * identity still keys the manifest (a changed blob rebuilds). */
-            if (strlen(base) == 40 && is_hex(base, 40) && strstr(parent, "/snapshots/"))
+            if (strlen(base) == 40 && shoal_is_hex(base, 40) && strstr(parent, "/snapshots/"))
                 snprintf(u->commit, sizeof u->commit, "%s", base);
             else
                 snprintf(u->commit, sizeof u->commit, "local-%s", u->ident);

@@ -49,13 +49,7 @@ trap cleanup EXIT
 log() { echo "$NAME: $*" >&2; }
 
 # --- the model, the daemon, the warm cache -------------------------------------
-"$BIN/hubmock" --synth "org/k3p=k3,layers=$LAYERS,experts=$EXPERTS" >"$T/hub.log" 2>&1 &
-HPID=$!
-for _ in $(seq 6000); do grep -q '^hub ' "$T/hub.log" && break; sleep 0.1; done
-HUB=$(sed -n 's/^hub \(http:[^ ]*\) cdn .*/\1/p' "$T/hub.log")
-[ -n "$HUB" ] || { echo "$NAME: hubmock did not start"; cat "$T/hub.log"; exit 1; }
-export HF_ENDPOINT=$HUB
-unset HF_TOKEN HUGGING_FACE_HUB_TOKEN
+bench_hub_start "$NAME" 6000 --synth "org/k3p=k3,layers=$LAYERS,experts=$EXPERTS"
 H=$T/home
 mkdir -p "$H"
 export SHOAL_HOME=$H

@@ -48,16 +48,6 @@ static cache_ent *cache_find(const hm_etag_cache *c, const char *key, const char
     return NULL;
 }
 
-static int is_hex(const char *s, size_t n)
-{
-    if (strlen(s) != n)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return 0;
-    return 1;
-}
-
 /* Parse one line (modified in place) and add it unless known. */
 static int cache_line(hm_etag_cache *c, char *line)
 {
@@ -76,7 +66,7 @@ static int cache_line(hm_etag_cache *c, char *line)
         }
         *p++ = '\0';
     }
-    if (n != 5 || !is_hex(f[3], 64) || (strcmp(f[4], "-") != 0 && !is_hex(f[4], 40)))
+    if (n != 5 || !shoal_is_hex(f[3], 64) || (strcmp(f[4], "-") != 0 && !shoal_is_hex(f[4], 40)))
         return 0;
     errno = 0;
     uint64_t size = strtoull(f[2], &end, 10);

@@ -56,16 +56,6 @@ const shoal_cli_spec cmd_export_spec = {
     .opts = export_opts,
 };
 
-static int is_hex(const char *s, size_t n)
-{
-    if (strlen(s) != n)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return 0;
-    return 1;
-}
-
 /* mkdir -p of the directory part of path. */
 static int parent_dirs(const char *path, shoal_err *err)
 {
@@ -98,7 +88,7 @@ static int file_complete(cache *c, const manifest_file *f, shoal_err *err)
  * an I/O code. */
 static int copy_file(cache *c, const manifest_file *f, int out, shoal_err *err)
 {
-    int kind = is_hex(f->etag, 64) ? 64 : is_hex(f->etag, 40) ? 40 : 0;
+    int kind = shoal_is_hex(f->etag, 64) ? 64 : shoal_is_hex(f->etag, 40) ? 40 : 0;
     EVP_MD_CTX *md = kind ? EVP_MD_CTX_new() : NULL;
     uint8_t *buf = malloc(COPY_CHUNK);
     uint64_t off = 0;
