@@ -689,11 +689,14 @@ typedef struct cache_file_check {
     int      hashable;         /* the etag is a sha256 / git sha1 */
     int      already;          /* complete, and every object verified already */
     int      result;           /* 1 match, 0 mismatch, -1 not checked */
-    char     path[CACHE_STR_MAX];
+    char     path[CACHE_STR_MAX];  /* of the file record (its first model) */
+    char     repo[CACHE_STR_MAX];
+    char     commit[CACHE_STR_MAX];
     uint64_t size;
     uint64_t bytes;            /* hashed */
     cache_verify_list objs;    /* match: the objects hashed; mismatch: every
-                                  object of the etag (to quarantine) */
+                                  object of the etag but a shard's header
+                                  range (to quarantine) */
 } cache_file_check;
 
 /* Check the file whose etag is `etag` (any handle; short queries, then the

@@ -401,19 +401,20 @@ static int objs_push(cache_verify_list *l, uint64_t id)
 }
 
 /* The file record naming etag (any model): path and size.  0 / 1 found. */
-static int file_by_etag(cache *c, const char *etag, char *path, size_t cap, uint64_t *size,
-                        shoal_err *err)
+static int file_by_etag(cache *c, const char *etag, cache_file_check *out, shoal_err *err)
 {
     sqlite3_stmt *s = NULL;
-    int rc = sqlite3_prepare_v2(c->db, "SELECT path, size FROM files WHERE etag = ?1 LIMIT 1",
-                                -1, &s, NULL), found = 0;
+    int rc = sqlite3_prepare_v2(c->db, "SELECT path, size, repo, commit_id FROM files"
+                                " WHERE etag = ?1 LIMIT 1", -1, &s, NULL), found = 0;
     if (rc != SQLITE_OK)
         return cache_db_fail(c, rc, "file check", err);
     sqlite3_bind_text(s, 1, etag, -1, SQLITE_STATIC);
     rc = sqlite3_step(s);
     if (rc == SQLITE_ROW) {
-        snprintf(path, cap, "%s", (const char *)sqlite3_column_text(s, 0));
-        *size = (uint64_t)sqlite3_column_int64(s, 1);
+        snprintf(out->path, sizeof out->path, "%s", (const char *)sqlite3_column_text(s, 0));
+        out->size = (uint64_t)sqlite3_column_int64(s, 1);
+        snprintf(out->repo, sizeof out->repo, "%s", (const char *)sqlite3_column_text(s, 2));
+        snprintf(out->commit, sizeof out->commit, "%s", (const char *)sqlite3_column_text(s, 3));
         found = 1;
     }
     sqlite3_finalize(s);
@@ -439,13 +440,21 @@ static int ranges_verified(cache *c, const range *v, size_t n)
     return all;
 }
 
-static int etag_objects(cache *c, const char *etag, cache_verify_list *l, shoal_err *err)
+/* The objects a mismatch quarantines: every object of the etag but a
+ * shard's header range (a small-file object shorter than the file): the
+ * manifest was built from it and only an OPEN stores it, so it stays and
+ * is hashed again with the re-fetched bytes. */
+static int etag_objects(cache *c, const char *etag, uint64_t size, cache_verify_list *l,
+                        shoal_err *err)
 {
     sqlite3_stmt *s = NULL;
-    int rc = sqlite3_prepare_v2(c->db, "SELECT id FROM objects WHERE etag = ?1", -1, &s, NULL);
+    int rc = sqlite3_prepare_v2(c->db, "SELECT id FROM objects WHERE etag = ?1"
+                                " AND NOT (kind = ?2 AND len < ?3)", -1, &s, NULL);
     if (rc != SQLITE_OK)
         return cache_db_fail(c, rc, "file check", err);
     sqlite3_bind_text(s, 1, etag, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 2, CACHE_KIND_SMALL);
+    sqlite3_bind_int64(s, 3, (int64_t)size);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW)
         if (objs_push(l, (uint64_t)sqlite3_column_int64(s, 0)) != 0) {
             sqlite3_finalize(s);
@@ -468,7 +477,7 @@ int cache_file_check_run(cache *c, const char *etag, cache_progress_fn fn, void 
 
     memset(out, 0, sizeof *out);
     out->result = -1;
-    rc = file_by_etag(c, etag, out->path, sizeof out->path, &out->size, err);
+    rc = file_by_etag(c, etag, out, err);
     if (rc <= 0)
         return rc;
     out->known = 1;
@@ -519,7 +528,7 @@ int cache_file_check_run(cache *c, const char *etag, cache_progress_fn fn, void 
                 rc = -1;
         rc = rc < 0 ? shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory (file check)") : 0;
     } else {
-        rc = etag_objects(c, etag, &out->objs, err);
+        rc = etag_objects(c, etag, out->size, &out->objs, err);
     }
     free(v);
     return rc;

@@ -148,8 +148,9 @@ static unsigned *retries(struct integrity *g, const char *etag)
  * naming the file (its experts by list; its spine tensors and small files
  * by selection 1, which skips what is cached).  A model not open fetches
  * them when next asked for. */
-static void refetch(shoald *d, const char *etag, const char *path)
+static void refetch(shoald *d, const char *etag, const cache_file_check *r)
 {
+    const char *path = r->path;
     unsigned started = 0;
     for (size_t i = 0; i < DAEMON_MODELS_MAX; i++) {
         model *m = d->models[i];
@@ -160,12 +161,18 @@ static void refetch(shoald *d, const char *etag, const char *path)
         for (size_t k = 0; man && k < man->nfiles; k++)
             if (man->files[k].etag && strcmp(man->files[k].etag, etag) == 0)
                 f = (long)k;
-        if (f < 0)
-            continue;
-        for (size_t t = 0; t < man->ntensors; t++)
+        if (f < 0) {
+            /* a file the manifest does not list: selection 1 of the model
+             * it came with (small files) */
+            if (!man || !man->repo || !man->commit || strcmp(man->repo, r->repo) != 0 ||
+                strcmp(man->commit, r->commit) != 0)
+                continue;
+            spine = 1;
+        }
+        for (size_t t = 0; f >= 0 && t < man->ntensors; t++)
             spine += man->tensors[t].file == (uint32_t)f;
         keys = calloc(man->nexperts ? man->nexperts : 1, sizeof *keys);
-        for (size_t e = 0; keys && e < man->nexperts; e++) {
+        for (size_t e = 0; keys && f >= 0 && e < man->nexperts; e++) {
             if (man->experts[e].file != (uint32_t)f)
                 continue;
             keys[nk].kind = SHOAL_KEY_EXPERT;
@@ -173,6 +180,8 @@ static void refetch(shoald *d, const char *etag, const char *path)
             keys[nk].expert = man->experts[e].id;
             nk++;
         }
+        if (spine == 0 && nk == 0)
+            spine = 1;   /* a whole small file: selection 1 has it */
         for (int pass = 0; pass < 2; pass++) {
             uint64_t job = 0;
             shoal_err e = { 0 };
@@ -224,7 +233,7 @@ static void apply(shoald *d, const char *etag, cache_file_check *r)
         g->n.quarantined_bytes += bytes;
         if (tries && *tries < INTEGRITY_RETRIES) {
             (*tries)++;
-            refetch(d, etag, r->path);
+            refetch(d, etag, r);
         } else {
             LOG_ERROR("integrity", "%s: upstream sent bytes that do not hash to its etag %u "
                       "times: not fetched again until asked for (`shoal verify --deep` names "
