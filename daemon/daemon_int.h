@@ -571,6 +571,9 @@ struct shoal_json;
 int  integrity_init(shoald *d, shoal_err *err);
 void integrity_shutdown(shoald *d);
 void integrity_get(const shoald *d, integrity_counts *out);
+/* SHOAL_ECORRUPT naming the file when etag's file failed its check after
+ * every re-fetch (sched_attach: no new transfer of it while shoald runs). */
+int  integrity_refused(shoald *d, const char *etag, shoal_err *err);
 /* REPORT's "damaged": [{"layer":L,"expert":E}, ...] of model m: each
  * object is removed (its next GET fetches it again). */
 int  integrity_damaged(shoald *d, model *m, const struct shoal_json *list, shoal_err *err);

@@ -38,7 +38,9 @@ typedef struct etag_str {
 
 typedef struct retry_count {
     etag_str etag;
-    unsigned n;
+    unsigned n;                    /* re-fetches started */
+    int      refused;              /* failed after the last one: not fetched again */
+    char     path[CACHE_STR_MAX];
 } retry_count;
 
 struct integrity {
@@ -126,11 +128,11 @@ static void check_run(work *w)
     cache_close(side);
 }
 
-static unsigned *retries(struct integrity *g, const char *etag)
+static retry_count *retries(struct integrity *g, const char *etag)
 {
     for (size_t i = 0; i < g->nrc; i++)
         if (strcmp(g->rc[i].etag.s, etag) == 0)
-            return &g->rc[i].n;
+            return &g->rc[i];
     if (g->nrc == g->caprc) {
         size_t nc = g->caprc ? g->caprc * 2 : 16;
         retry_count *p = realloc(g->rc, nc * sizeof *p);
@@ -141,7 +143,7 @@ static unsigned *retries(struct integrity *g, const char *etag)
     }
     memset(&g->rc[g->nrc], 0, sizeof g->rc[0]);
     snprintf(g->rc[g->nrc].etag.s, sizeof g->rc[0].etag.s, "%s", etag);
-    return &g->rc[g->nrc++].n;
+    return &g->rc[g->nrc++];
 }
 
 /* Fetch a quarantined file's objects again: a warm job on each open model
@@ -211,6 +213,9 @@ static void apply(shoald *d, const char *etag, cache_file_check *r)
     shoal_err e = { 0 };
 
     if (r->result == 1) {
+        retry_count *t = retries(g, etag);
+        if (t)
+            t->refused = 0;
         if (cache_file_verified(d->cache, etag, &r->objs, &e) != 0) {
             LOG_WARN("integrity", "%s: checked ok, not recorded: %s", r->path, e.msg);
             return;
@@ -221,7 +226,7 @@ static void apply(shoald *d, const char *etag, cache_file_check *r)
                  (unsigned long long)r->size);
     } else if (r->result == 0) {
         uint64_t failures = 0, bytes = 0;
-        unsigned *tries = retries(g, etag);
+        retry_count *tries = retries(g, etag);
         g->n.files_bad++;
         g->n.bytes_hashed += r->bytes;
         if (cache_file_quarantine(d->cache, etag, r->path, r->size, &r->objs, &failures, &bytes,
@@ -231,13 +236,17 @@ static void apply(shoald *d, const char *etag, cache_file_check *r)
             return;
         }
         g->n.quarantined_bytes += bytes;
-        if (tries && *tries < INTEGRITY_RETRIES) {
-            (*tries)++;
+        if (tries)
+            snprintf(tries->path, sizeof tries->path, "%s", r->path);
+        if (tries && tries->n < INTEGRITY_RETRIES) {
+            tries->n++;
             refetch(d, etag, r);
         } else {
+            if (tries)
+                tries->refused = 1;
             LOG_ERROR("integrity", "%s: upstream sent bytes that do not hash to its etag %u "
-                      "times: not fetched again until asked for (`shoal verify --deep` names "
-                      "it; check the upstream or mirror)", r->path, tries ? *tries + 1 : 1);
+                      "times: its objects are refused (GET: ECORRUPT) until shoald restarts; "
+                      "check the upstream or mirror", r->path, tries ? tries->n + 1 : 1);
         }
     }
 }
@@ -289,6 +298,18 @@ static void post_check(shoald *d)
     g->running = 1;
     g->n.checks++;
     work_post(d, &j->w);
+}
+
+int integrity_refused(shoald *d, const char *etag, shoal_err *err)
+{
+    struct integrity *g = d->integrity;
+    for (size_t i = 0; g && i < g->nrc; i++)
+        if (g->rc[i].refused && strcmp(g->rc[i].etag.s, etag) == 0)
+            return shoal_err_set(err, SHOAL_ECORRUPT, "upstream sent bytes of %s that do not hash "
+                                 "to its etag %u times: refused until shoald restarts (check the "
+                                 "upstream or mirror; `shoal verify --deep` names the file)",
+                                 g->rc[i].path, g->rc[i].n + 1);
+    return 0;
 }
 
 /* ---- damaged objects a client read --------------------------------------------------- */
