@@ -997,7 +997,7 @@ static int shoald_fetch(void *impl, int layer, const int32_t *ids, size_t n,
             sl->refetched = 1;
             if ((rc = checked_read_report(s->link->client, s->link->handle, layer, ids[i],
                                           err)) == 0)
-                rc = shoald_request(impl, layer, &ids[i], 1, 0, err);
+                rc = send_get(s, layer, &ids[i], 1, 0, err);   /* the layer's set stays */
             continue;
         }
         done[i] = 1;
