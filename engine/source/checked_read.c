@@ -14,7 +14,7 @@
  * Cost (make bench: bench/checkread): XXH3-128 runs at 10-30 GB/s per
  * core against a disk's 1-3 GB/s, and is spread over the readers.
  */
-#include "engine/source/source_int.h"
+#include "engine/source/source.h"
 
 #include <inttypes.h>
 #include <pthread.h>

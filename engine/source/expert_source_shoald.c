@@ -60,7 +60,7 @@
  * Owns: slots, mappings and buffers, open GETs.  Does not own the client
  * connection nor the model handle (both borrowed).
  */
-#include "engine/source/source_int.h"
+#include "engine/source/source.h"
 
 #include <assert.h>
 #include <errno.h>
