@@ -657,8 +657,9 @@ typedef struct cache_deep_report {
                                       files too, "(quarantined)" */
 } cache_deep_report;
 
-/* A file that does not hash to its etag: where the next issue's quarantine
- * and re-fetch plug in (the daemon logs it).  Borrowed strings. */
+/* A file that does not hash to its etag (VERIFY logs it; shoald's own
+ * automatic checks quarantine: cache_file_check_run below).  Borrowed
+ * strings. */
 typedef void (*cache_bad_file_fn)(void *ctx, const char *path, const char *etag);
 
 typedef struct cache_deep_opts {

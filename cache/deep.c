@@ -2,12 +2,16 @@
  * hashed in order and compared with its upstream etag.
  *
  * Owns: coverage of a file by its cached ranges, the sha256 (LFS) and git
- * blob sha1 (small files) checks.  A shard is covered when its header
+ * blob sha1 (small files) checks; the automatic per-file check shoald runs
+ * when a file completes (cache_file_check_run), its records (objects'
+ * verified flag, file_checks) and the integrity figures.  A shard is covered when its header
  * range [0, 8+N) (stored at OPEN as a small-file object, docs/fetcher.md),
  * its tensors and experts, and any bytes of tensors outside the language
  * model are cached.  Does not own per-object checksums (read.c's verify)
- * nor removing anything: a whole-file mismatch cannot say which range is
- * wrong, so it is reported (and handed to the on_bad hook), not repaired.
+ * nor removing anything in `verify --deep`: a whole-file mismatch cannot say
+ * which range is wrong, so it is reported (and handed to the on_bad hook);
+ * cache_file_quarantine removes a mismatched file's objects when shoald
+ * asks (it then fetches them again).
  *
  * Two passes, so a long check never holds an index snapshot: first every
  * file of the matching models and its ranges are read (short queries, the
