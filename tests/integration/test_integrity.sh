@@ -101,6 +101,10 @@ grep -q 'error ECORRUPT' "$T/get.liar" || { cat "$T/get.liar"; fail "refused obj
 grep -q ' mismatched 0' "$T/get.liar" || { cat "$T/get.liar"; fail "a wrong byte was served: $(tail -1 "$T/get.liar")"; }
 grep -q 'model-0000[123]-of-000003.safetensors: upstream sent bytes that do not hash to its etag 3 times: its objects are refused' "$T/shoald.log" \
     || fail "shoald's refusal does not name the file"
+# A warm of the refused files fetches nothing: its items fail (ECORRUPT).
+"$BIN/shoal" --home "$H" warm hf://t/tiny --wait > "$T/warm.liar2" 2>&1
+grep -qE 'Warm complete: [0-9]+ objects, [1-9][0-9]* errors' "$T/warm.liar2" \
+    || { cat "$T/warm.liar2"; fail "a warm of refused files did not fail its items"; }
 "$BIN/shoal" --home "$H" verify --deep hf://t/tiny --json > "$T/verify.liar.json" || true
 /usr/bin/python3 -c '
 import json, sys
