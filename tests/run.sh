@@ -4,6 +4,11 @@
 #
 #   tests/run.sh [--unit|--integration] [FILTER]
 #
+# Integration scripts run SHOAL_TEST_JOBS at a time (default: the online
+# cores): each has its own temporary directory and ephemeral ports.  A
+# script whose figures depend on having the machine to itself (a pinger's
+# answer times, say) says so with a line "# test: serial" and runs alone,
+# after the others.
 # Unit programs are cmocka binaries under $BUILD/tests/unit/; their own
 # case counts are added up.  Integration scripts are tests/integration/test_*.sh;
 # each counts as one test: exit 0 passes, 77 skips (it says why), else fails.
@@ -48,21 +53,46 @@ run_unit() {
     fi
 }
 
-run_integration() {
-    local t=$1 name=${1#tests/} log start rc
-    log=$logs/${name//\//_}.log
-    start=$(date +%s)
-    timeout "$TIMEOUT" bash "$t" >"$log" 2>&1
-    rc=$?
-    local secs=$(( $(date +%s) - start ))
-    if [ $rc -eq 0 ]; then
+finish_integration() {   # NAME LOG RC SECS
+    local name=$1 log=$2 rc=$3 secs=$4
+    if [ "$rc" -eq 0 ]; then
         passed=$((passed + 1)); printf 'ok    %-44s (%ds)\n' "$name" "$secs"
-    elif [ $rc -eq 77 ]; then
+    elif [ "$rc" -eq 77 ]; then
         skipped=$((skipped + 1)); printf 'skip  %-44s %s\n' "$name" "$(tail -n 1 "$log")"
     else
         failed=$((failed + 1)); failures+=("$name")
         printf 'FAIL  %-44s exit %d (%ds)\n' "$name" "$rc" "$secs"; show_fail "$name" "$log"
     fi
+}
+
+# Start script $1 in the background; its exit status and seconds land in
+# $logs/NAME.rc when it ends.
+start_integration() {
+    local t=$1 name=${1#tests/} log
+    log=$logs/${name//\//_}.log
+    rm -f "$log.rc"
+    ( start=$(date +%s); timeout "$TIMEOUT" bash "$t" >"$log" 2>&1; rc=$?
+      echo "$rc $(( $(date +%s) - start ))" > "$log.rc.tmp" && mv "$log.rc.tmp" "$log.rc" ) &
+    running+=("$name")
+}
+
+# Wait until fewer than $1 scripts run, reporting each that ended.
+reap_integration() {
+    local limit=$1 name log rc secs
+    while [ ${#running[@]} -ge "$limit" ] && [ ${#running[@]} -gt 0 ]; do
+        local still=()
+        for name in "${running[@]}"; do
+            log=$logs/${name//\//_}.log
+            if [ -f "$log.rc" ]; then
+                read -r rc secs < "$log.rc"
+                finish_integration "$name" "$log" "$rc" "$secs"
+            else
+                still+=("$name")
+            fi
+        done
+        running=("${still[@]}")
+        [ ${#running[@]} -ge "$limit" ] && sleep 0.2
+    done
 }
 
 if [ $what != integration ]; then
@@ -75,10 +105,21 @@ if [ $what != integration ]; then
     done
 fi
 if [ $what != unit ]; then
+    JOBS=${SHOAL_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+    running=() serial=()
+    wait_all() { wait; reap_integration 1; }
+    trap 'kill $(jobs -p) 2>/dev/null' EXIT
     for t in tests/integration/test_*.sh; do
         [ -e "$t" ] || continue
         [ -n "$filter" ] && [[ $t != *$filter* ]] && continue
-        run_integration "$t"
+        if grep -q '^# test: serial' "$t"; then serial+=("$t"); continue; fi
+        reap_integration "$JOBS"
+        start_integration "$t"
+    done
+    wait_all
+    for t in "${serial[@]}"; do
+        start_integration "$t"
+        wait_all
     done
 fi
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: serial  (its pinger / answer-time bounds want the machine to itself)
 # shoald and K3 at its real size, synthesized by hubmock (no disk: bytes
 # are generated from (file, offset)):
 #   - the first OPEN of the full layout (96 shards, 497,220 tensors), each

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: serial  (its pinger / answer-time bounds want the machine to itself)
 # shoald's loop never waits on slow work (DESIGN decision 12), with real
 # processes (hubmock + shoald + shoalc):
 #   - OPEN of a 9-shard model whose every CDN answer stalls 1 s runs on a

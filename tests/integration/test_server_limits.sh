@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# test: serial  (its pinger / answer-time bounds want the machine to itself)
 # test_server_limits.sh — `shoal-engine serve` against hostile clients
 # (tests/integration/server_hostile.py), each bounded in count and time:
 #   - a 2 MB header: refused at once (400), the connection closed;
