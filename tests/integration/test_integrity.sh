@@ -116,4 +116,5 @@ print("ok   liar: %d files quarantined and refused, %d complete files all match"
 kill -TERM "$PID_shoald"
 rc=0; wait "$PID_shoald" || rc=$?
 [ "$rc" = 0 ] || fail "shoald exited $rc on SIGTERM"
+! grep -l 'runtime error\|AddressSanitizer\|LeakSanitizer' "$T"/*.log 2>/dev/null || fail "sanitizer report"
 echo "ok   integrity: lying upstreams caught"
