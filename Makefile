@@ -212,6 +212,16 @@ bench:
 	@$(MAKE) --no-print-directory all $(BENCH_BINS)
 	@BUILD=$(BUILD) BIN=$(BIN) scripts/bench.sh
 
+# bench-k3: the 64 GB regime on a full-width 8-layer K3 (not part of make bench:
+# minutes, ~40 GB of disk while it runs, removed after; docs/performance.md)
+.PHONY: bench-k3
+bench-k3:
+	@scripts/deps.sh --if-missing
+	@$(MAKE) --no-print-directory all
+	@set -e; for s in bench/k3/*.sh; do \
+	    case $$s in */lib.sh) continue;; esac; \
+	    echo "== $$s"; BIN=$(BIN) bash $$s; done
+
 fuzz:
 	@scripts/fuzz.sh
 

@@ -91,8 +91,6 @@ int engine_cmd_plan(int argc, char **argv)
         shoal_buf_free(&b);
     } else {
         plan_print(&pl, &cfg, stdout);
-        if (pl.verdict == PLAN_STREAMED)
-            printf("plan: (this engine does not stream the spine yet: such a run is refused)\n");
     }
     if (rc != 0 && pl.verdict == PLAN_REFUSED)
         fprintf(stderr, "plan: %s\n", err.msg);

@@ -775,7 +775,8 @@ static int forward_chunk(engine_session *s, const int32_t *tok, size_t n, float 
         return rc;
     embed_chunk(s, tok, n);
     for (int i = 0; i < (int)m->cfg.n_layers; i++) {
-        if ((rc = layer_run(s, i, n, &na, err)) != 0)
+        if ((rc = engine_model_layer_ready(m, i, err)) != 0 ||   /* the streamed spine */
+            (rc = layer_run(s, i, n, &na, err)) != 0)
             return shoal_err_wrap(err, rc, "layer %d", i);
         if (s->opt.hidden)
             for (size_t t = 0; t < n; t++)

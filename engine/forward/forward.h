@@ -135,7 +135,26 @@ typedef struct engine_model_options {
     struct spine_pack_writer *pack_out;
     engine_progress_fn progress;  /* with pack_out: after each matrix; may be NULL */
     void *progress_ctx;
+    /* The memory plan's streamed part (docs/engine.md, "Smaller machines"):
+     * the last stream_layers layers' matrices, but their routers, are
+     * written to an unlinked file in stream_dir (NULL: /var/tmp, on
+     * disk where /tmp may be RAM) at load and read back with O_DIRECT every token, layer L+1
+     * while layer L runs, through two buffers of one layer each.  0: all
+     * resident.  Derived spines only (not with pack / pack_out). */
+    int stream_layers;
+    const char *stream_dir;
 } engine_model_options;
+
+/* The streamed part's counters (engine_model_stream_stats). */
+typedef struct engine_stream_stats {
+    int      first_layer;          /* layers [first_layer, n) streamed; n_layers: none */
+    int      direct;               /* read with O_DIRECT (else buffered, pages dropped after) */
+    uint64_t file_bytes;           /* the stream file */
+    uint64_t buffer_bytes;         /* its two buffers */
+    uint64_t reads, bytes;         /* layer reads and their bytes */
+    uint64_t sync_reads;           /* ... of them not read ahead (a layer out of order) */
+    uint64_t wait_ns;              /* time a layer waited for its bytes */
+} engine_stream_stats;
 
 void engine_model_options_default(engine_model_options *o);
 
@@ -226,6 +245,22 @@ typedef struct engine_model {
 int engine_model_open(const char *dir, const engine_model_options *opt,
                       engine_model **out, shoal_err *err);
 void engine_model_free(engine_model *m);
+
+/* Layer `layer` of m is about to run: with a streamed part, its matrices
+ * are read (or were read ahead) and bound, and the next streamed layer's
+ * read starts (one forward pass at a time per model).  0 at once for a
+ * resident layer; an I/O error otherwise. */
+int engine_model_layer_ready(const engine_model *m, int layer, shoal_err *err);
+void engine_model_stream_stats(const engine_model *m, engine_stream_stats *out);
+
+/* A model bound from a spine pack (opt.pack) held in one anonymous buffer
+ * at `pack`, pack[0] at file offset file_off of fd: layers [first, n)
+ * are streamed in place (their bytes never read at load; each pass reads
+ * them with O_DIRECT where the pack keeps them and releases them after;
+ * their routers are copied out now).  *resident_end: the pack offset where
+ * the streamed part begins (the caller reads the pack before it). */
+int engine_model_stream_pack(engine_model *m, int first, int fd, uint64_t file_off,
+                             uint8_t *pack, uint64_t *resident_end, shoal_err *err);
 
 /* One tensor handed in already in memory (a spine object mapped from
  * shoald's cache).  name without the "language_model." prefix; dtype the

@@ -27,6 +27,8 @@
 #include "common/log.h"
 #include "common/path.h"
 #include "common/safetensors.h"
+#include "engine/forward/stream_int.h"
+#include "engine/plan/plan.h"
 
 #define PREFIX "language_model."
 #define NAME_MAX_LEN 256
@@ -56,6 +58,9 @@ struct engine_model_priv {
     size_t n_bufs, cap_bufs;
     engine_spine_mat *mats;      /* derived matrices in load order (names owned) */
     size_t n_mats, cap_mats;
+    spine_stream *stream;        /* the streamed part (opt.stream_layers); NULL: none */
+    int stream_first;            /* its first layer (n_layers: none) */
+    int cur_layer;               /* the layer being loaded; -1: the globals */
 };
 
 void engine_model_options_default(engine_model_options *o)
@@ -437,7 +442,7 @@ static int mat_from_pack(engine_model *m, const char *name, size_t rows, size_t 
 /* Buffers for a derived matrix of format fmt: the model's own, or (when
  * building a pack) one temporary block freed after the write. */
 static int mat_bufs(engine_model *m, k3_fmt fmt, quant_job *j, engine_mat *out, void **tmp,
-                    shoal_err *err)
+                    int streamed, shoal_err *err)
 {
     size_t rows = j->rows, cols = j->cols;
     size_t wb = fmt == K3_FMT_F32 ? rows * cols * 4 : fmt == K3_FMT_INT8 ? rows * cols
@@ -447,7 +452,7 @@ static int mat_bufs(engine_model *m, k3_fmt fmt, quant_job *j, engine_mat *out, 
     uint8_t *w, *sc = NULL;
 
     *tmp = NULL;
-    if (m->opt.pack_out) {
+    if (m->opt.pack_out || streamed) {
         /* the scales after the weights, at a multiple of 4 bytes */
         if (!(*tmp = malloc((wb + 3) / 4 * 4 + sb + 1)))
             return shoal_err_set(err, SHOAL_ENOMEM, "out of memory for %zu bytes", wb + sb);
@@ -479,16 +484,28 @@ static int mat_from(engine_model *m, const char *what, const uint8_t *src, int b
 {
     quant_job j = { .src = src, .bf16 = bf16, .rows = rows, .cols = cols };
     k3_fmt fmt = k3_spine_fmt((k3_spine_mode)m->opt.spine, part, cols);
+    struct engine_model_priv *p = m->priv;
+    int streamed = p->stream && p->cur_layer >= p->stream_first && plan_part_streamed(part);
     void *tmp = NULL;
     int rc;
 
     *out = (engine_mat){ .rows = rows, .cols = cols };
-    if ((rc = mat_bufs(m, fmt, &j, out, &tmp, err)) != 0)
+    if ((rc = mat_bufs(m, fmt, &j, out, &tmp, streamed, err)) != 0)
         return rc;
     kernels_pool_run(m->opt.pool, quant_run, &j);
     if (j.rc != 0) {
         free(tmp);
         return shoal_err_set(err, j.rc, "tensor %s: cannot quantize (non-finite weight?)", what);
+    }
+    if (streamed) {       /* to the stream file; the layer's buffer holds it when it runs */
+        size_t wb = fmt == K3_FMT_F32 ? rows * cols * 4 : fmt == K3_FMT_INT8 ? rows * cols
+                    : kernels_q4_packed_bytes(rows, cols);
+        size_t sb = fmt == K3_FMT_F32 ? 0 : fmt == K3_FMT_INT8 ? rows * 4
+                    : kernels_q4_scale_bytes(rows, cols);
+        rc = spine_stream_put(p->stream, p->cur_layer, out, fmt, tmp,
+                              wb, (uint8_t *)tmp + (wb + 3) / 4 * 4, sb, err);
+        free(tmp);
+        return rc;
     }
     if (!m->opt.pack_out)
         return mat_record(m, what, out, err);
@@ -760,6 +777,7 @@ static int layer_load(engine_model *m, int i, shoal_err *err)
     int rc;
 
     w->info = m->cfg.layers[i];
+    m->priv->cur_layer = i;
     NM(pre, "model.layers.%d.", i);
     if ((rc = load_vec(m, NM(a, "%sinput_layernorm.weight", pre), d, (float **)&w->in_norm, err)) ||
         (rc = load_vec(m, NM(a, "%spost_attention_layernorm.weight", pre), d,
@@ -818,6 +836,100 @@ static engine_model *model_alloc_empty(const engine_model_options *opt)
     return m;
 }
 
+/* The streamed part, when the options ask for one. */
+static int stream_begin(engine_model *m, shoal_err *err)
+{
+    struct engine_model_priv *p = m->priv;
+    int n = (int)m->cfg.n_layers, k = m->opt.stream_layers;
+
+    p->stream_first = n;
+    if (k <= 0)
+        return 0;
+    if (m->opt.pack || m->opt.pack_out)
+        return shoal_err_set(err, SHOAL_EUNSUPPORTED, "a streamed spine is derived at load, not "
+                             "bound from a spine pack");
+    p->stream_first = k >= n ? 0 : n - k;
+    return spine_stream_open(m->opt.stream_dir, n, p->stream_first, &p->stream, err);
+}
+
+int engine_model_layer_ready(const engine_model *m, int layer, shoal_err *err)
+{
+    return m->priv ? spine_stream_ready(m->priv->stream, layer, err) : 0;
+}
+
+/* The bytes matrix x spans (weights and scales). */
+static void mat_span(const engine_mat *x, const uint8_t **lo, const uint8_t **hi)
+{
+    const uint8_t *w, *sc = NULL;
+    size_t wb, sb = 0;
+    if (x->q8.q) {
+        w = (const uint8_t *)x->q8.q, sc = (const uint8_t *)x->q8.scale;
+        wb = x->rows * x->cols, sb = x->rows * 4;
+    } else if (x->q4.packed) {
+        w = x->q4.packed, sc = x->q4.scale;
+        wb = kernels_q4_packed_bytes(x->rows, x->cols), sb = kernels_q4_scale_bytes(x->rows, x->cols);
+    } else {
+        w = (const uint8_t *)x->f32.w, wb = x->rows * x->cols * 4;
+    }
+    *lo = sc && sc < w ? sc : w;
+    *hi = sc && sc + sb > w + wb ? sc + sb : w + wb;
+}
+
+int engine_model_stream_pack(engine_model *m, int first, int fd, uint64_t file_off,
+                             uint8_t *pack, uint64_t *resident_end, shoal_err *err)
+{
+    struct engine_model_priv *p = m->priv;
+    int n = (int)m->cfg.n_layers, rc;
+    uint8_t **lo = calloc((size_t)n, sizeof *lo), **hi = calloc((size_t)n, sizeof *hi);
+
+    if (!lo || !hi) {
+        free(lo);
+        free(hi);
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    }
+    *resident_end = UINT64_MAX;
+    for (size_t i = 0; i < p->n_mats; i++) {          /* every matrix as the pack bound it */
+        const char *nm = p->mats[i].name;
+        const uint8_t *a, *b;
+        char *end;
+        long l;
+        if (strncmp(nm, "model.layers.", 13) != 0)
+            continue;
+        l = strtol(nm + 13, &end, 10);
+        if (l < first || l >= n)
+            continue;
+        mat_span(&p->mats[i].mat, &a, &b);
+        if (!lo[l] || a < lo[l])
+            lo[l] = (uint8_t *)a;
+        if (!hi[l] || b > hi[l])
+            hi[l] = (uint8_t *)b;
+        if ((uint64_t)(a - pack) < *resident_end)
+            *resident_end = (uint64_t)(a - pack);
+    }
+    rc = 0;
+    for (int l = first; l < n && rc == 0; l++)
+        if (!lo[l])
+            rc = shoal_err_set(err, SHOAL_EINTERNAL, "streamed spine: layer %d has no matrix", l);
+    if (rc == 0)
+        rc = spine_stream_inplace(fd, file_off, pack, n, first, lo, hi, &p->stream, err);
+    for (int l = first; l < n && rc == 0; l++)       /* the lookahead reads routers ahead */
+        if (m->layers[l].info.moe)
+            rc = spine_stream_keep(p->stream, &m->layers[l].moe.gate, file_off, pack, err);
+    free(lo);
+    free(hi);
+    if (rc == 0)
+        p->stream_first = first;
+    return rc;
+}
+
+void engine_model_stream_stats(const engine_model *m, engine_stream_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->first_layer = (int)m->cfg.n_layers;
+    if (m->priv && m->priv->stream)
+        spine_stream_stats(m->priv->stream, out);
+}
+
 /* Everything after the config and the tensor lookup are in place. */
 static int model_bind(engine_model *m, const char *label, shoal_err *err)
 {
@@ -833,10 +945,15 @@ static int model_bind(engine_model *m, const char *label, shoal_err *err)
     m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
     if (!m->layers)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    if ((rc = stream_begin(m, err)) != 0)
+        return rc;
+    m->priv->cur_layer = -1;
     if ((rc = globals_load(m, err)) != 0)
         return rc;
     for (int64_t i = 0; i < m->cfg.n_layers && rc == 0; i++)
         rc = layer_load(m, (int)i, err);
+    if (rc == 0 && m->priv->stream)
+        rc = spine_stream_seal(m->priv->stream, err);
     if (rc == 0 && m->opt.pack && spine_pack_remaining(m->opt.pack) != 0)
         rc = shoal_err_set(err, SHOAL_EFORMAT, "spine pack: %zu matrices more than the model "
                            "has", spine_pack_remaining(m->opt.pack));
@@ -972,6 +1089,7 @@ void engine_model_free(engine_model *m)
         return;
     if (m->priv) {
         struct engine_model_priv *p = m->priv;
+        spine_stream_free(p->stream);
         for (size_t i = 0; i < p->n_bufs; i++)
             free(p->bufs[i]);
         free(p->bufs);

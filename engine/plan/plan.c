@@ -11,9 +11,10 @@
  *   tier    = limit - fixed - KV and state(context)
  *   auto    = int8 when its tier holds one decode token's experts, else
  *             int4 when it fits at all, else int4 with the last layers
- *             streamed, as long as the streamed part is no more than one
- *             token's experts' bytes; else refused, naming the limit at
- *             which that floor is met.
+ *             streamed (all their matrices but the routers), as long as
+ *             the streamed part is no more than one token's experts'
+ *             bytes; else refused, naming the limit at which that floor
+ *             is met.
  */
 #include "engine/plan/plan.h"
 
@@ -134,50 +135,139 @@ static fit fit_resident(const plan *p, const k3_config *c, const plan_options *o
     return f;
 }
 
-/* The floor: the fewest leading layers to keep resident so that the
- * streamed rest is at most `most` bytes; *prefix their bytes. */
-static int floor_layers(const k3_config *c, const k3_spine_sizes *sz, uint64_t most,
-                        uint64_t *prefix)
+/* ---- the streamed part (item 3) -----------------------------------------
+ *
+ * What streams: every derived matrix of a layer but its router (the router
+ * lookahead multiplies layer L2's router while layer L runs, so routers
+ * stay resident wherever their layer is) and the lm_head.  Which layers: a
+ * suffix [j, n); layers [0, j) stay whole.  Every streamed byte costs the
+ * same disk time per token and every resident byte saves the same, so by
+ * benefit per byte all matrices are equal; a prefix of whole layers makes
+ * each streamed layer one contiguous O_DIRECT read and bounds the buffer
+ * at two layers (the one computing, the next one reading). */
+int plan_part_streamed(k3_part part)
 {
-    uint64_t suffix = sz->matrices - sz->globals, pre = 0;
+    return part != K3_PART_ROUTER && part != K3_PART_HEAD;
+}
+
+uint64_t plan_stream_mat_bytes(k3_fmt fmt, uint64_t rows, uint64_t cols)
+{
+    uint64_t w = fmt == K3_FMT_F32 ? 4 * rows * cols : fmt == K3_FMT_INT8 ? rows * cols
+                 : rows * cols / 2;
+    uint64_t sc = fmt == K3_FMT_F32 ? 0 : fmt == K3_FMT_INT8 ? 4 * rows
+                  : rows * (cols / 32) * 2;
+    return (w + PLAN_STREAM_ALIGN - 1) / PLAN_STREAM_ALIGN * PLAN_STREAM_ALIGN +
+           (sc + PLAN_STREAM_ALIGN - 1) / PLAN_STREAM_ALIGN * PLAN_STREAM_ALIGN;
+}
+
+typedef struct stream_walk {
+    uint64_t stream[K3_MAX_LAYERS];   /* a layer's streamed region, rounded to 4 KiB */
+    uint64_t keep[K3_MAX_LAYERS];     /* its matrices that stay resident anyway (copied) */
+} stream_walk;
+
+static int stream_add(void *ctx, const k3_spine_mat *m)
+{
+    stream_walk *w = ctx;
+    if (m->layer < 0)
+        return 0;
+    /* the region is the layer's every matrix: through shoald it is read in
+     * place from the pack, where the router sits among them (a directory's
+     * stream file leaves the router out: fewer bytes than counted) */
+    w->stream[m->layer] += plan_stream_mat_bytes(m->fmt, m->rows, m->cols);
+    if (!plan_part_streamed(m->part))
+        w->keep[m->layer] += k3_mat_bytes(m);
+    return 0;
+}
+
+static void stream_sizes(const k3_config *c, k3_spine_mode mode, stream_walk *w)
+{
+    memset(w, 0, sizeof *w);
+    k3_spine_walk(c, mode, stream_add, w);
+    for (int64_t i = 0; i < c->n_layers; i++)
+        w->stream[i] = (w->stream[i] + 4095) / 4096 * 4096;
+}
+
+uint64_t plan_stream_layer_bytes(const k3_config *c, k3_spine_mode mode, int layer)
+{
+    stream_walk w;
+    if (layer < 0 || layer >= (int)c->n_layers)
+        return 0;
+    stream_sizes(c, mode, &w);
+    return w.stream[layer];
+}
+
+/* The spine's bytes with layers [j, n) streamed: *resident (with the
+ * vectors), *streamed, *buffers (two of the largest streamed layer's
+ * region, each as plan_stream_buffer_bytes rounds it). */
+static void stream_split(const k3_config *c, const k3_spine_sizes *sz, const stream_walk *w,
+                         int j, uint64_t *resident, uint64_t *streamed, uint64_t *buffers)
+{
+    uint64_t res = sz->vectors + sz->globals, st = 0, big = 0;
+    for (int i = 0; i < (int)c->n_layers; i++) {
+        if (i < j) {
+            res += sz->layer[i];
+            continue;
+        }
+        res += w->keep[i];
+        st += w->stream[i];
+        big = MAXU(big, w->stream[i]);
+    }
+    *resident = res;
+    *streamed = st;
+    *buffers = 2 * plan_stream_buffer_bytes(big);
+}
+
+uint64_t plan_stream_buffer_bytes(uint64_t region)
+{
+    uint64_t a = region >= PLAN_HUGE_PAGE ? PLAN_HUGE_PAGE : 4096;
+    return (region + a - 1) / a * a;
+}
+
+/* The floor: the fewest leading layers to keep whole so that the streamed
+ * rest is at most `most` bytes. */
+static int floor_layers(const k3_config *c, const stream_walk *w, uint64_t most)
+{
+    uint64_t suffix = 0;
     int j = 0;
 
-    while (j < (int)c->n_layers && suffix > most) {
-        suffix -= sz->layer[j];
-        pre += sz->layer[j++];
-    }
-    if (prefix)
-        *prefix = pre;
+    for (int i = 0; i < (int)c->n_layers; i++)
+        suffix += w->stream[i];
+    while (j < (int)c->n_layers && suffix > most)
+        suffix -= w->stream[j++];
     return j;
 }
 
-/* Item 3's plan: layers [j, n) streamed, as few as fit.  0 when the
- * streamed part is within the floor. */
-static int fit_streamed(plan *p, const k3_config *c, const plan_options *o, k3_spine_mode mode)
+/* Item 3's plan: layers [j, n) streamed, j as large as fits.  0 when it
+ * fits and (with `floor`) the streamed part is within the floor. */
+static int fit_streamed(plan *p, const k3_config *c, const plan_options *o, k3_spine_mode mode,
+                        int floor)
 {
     k3_spine_sizes sz;
+    stream_walk w;
     int64_t ctx = o->context ? o->context : context_min(c);
-    uint64_t kv = kv_for(p, ctx), always, need, used = 0;
-    int n = (int)c->n_layers, j = 0;
+    uint64_t kv = kv_for(p, ctx), base = p->reserve + kv + p->scratch + p->pool;
+    int n = (int)c->n_layers;
 
     k3_spine_sizes_get(c, mode, &sz);
+    stream_sizes(c, mode, &w);
     p->spine = mode;
     p->spine_bytes = sz.matrices + sz.vectors;
     p->context = ctx;
     p->kv_bytes = kv;
-    p->stream_buffers = 2 * sz.layer_max;
-    always = sz.vectors + sz.globals;
-    need = p->reserve + always + p->stream_buffers + kv + p->scratch + p->pool;
-    if (p->limit <= need)
-        return -1;
-    while (j < n && used + sz.layer[j] <= p->limit - need)
-        used += sz.layer[j++];
-    p->first_streamed_layer = j;
-    p->spine_resident = always + used;
-    p->spine_streamed = p->spine_bytes - p->spine_resident;
-    p->stream_s_per_token = (double)p->spine_streamed / PLAN_DISK_RATE;
-    p->tier = p->tier_planned = 0;
-    return j >= floor_layers(c, &sz, p->tier_useful, NULL) ? 0 : -1;
+    for (int j = n - 1; j >= 0; j--) {
+        uint64_t res, st, buf;
+        stream_split(c, &sz, &w, j, &res, &st, &buf);
+        if (base + res + buf > p->limit)
+            continue;
+        p->first_streamed_layer = j;
+        p->spine_resident = res;
+        p->spine_streamed = st;
+        p->stream_buffers = buf;
+        p->stream_s_per_token = (double)st / PLAN_DISK_RATE;
+        p->tier = p->tier_planned = p->limit - base - res - buf;
+        return !floor || j >= floor_layers(c, &w, p->tier_useful) ? 0 : -1;
+    }
+    return -1;
 }
 
 /* The limits at which int8 (with a useful tier) and int4 become
@@ -185,16 +275,26 @@ static int fit_streamed(plan *p, const k3_config *c, const plan_options *o, k3_s
 static void mins_compute(plan *p, const k3_config *c, const plan_options *o, k3_spine_mode mode)
 {
     int64_t ctx = o->context ? o->context : context_min(c);
-    uint64_t base = p->scratch + p->pool + kv_for(p, ctx), prefix;
+    uint64_t base = p->scratch + p->pool + kv_for(p, ctx), res, st, buf;
     k3_spine_sizes s8, s4, sm;
+    stream_walk w;
 
     k3_spine_sizes_get(c, K3_SPINE_INT8, &s8);
     k3_spine_sizes_get(c, K3_SPINE_INT4, &s4);
     k3_spine_sizes_get(c, mode, &sm);
+    stream_sizes(c, mode, &w);
     p->min_int8 = limit_for(base + s8.matrices + s8.vectors + p->tier_useful);
     p->min_int4 = limit_for(base + s4.matrices + s4.vectors);
-    floor_layers(c, &sm, p->tier_useful, &prefix);
-    p->min_floor = limit_for(base + sm.vectors + sm.globals + prefix + 2 * sm.layer_max);
+    stream_split(c, &sm, &w, floor_layers(c, &w, p->tier_useful), &res, &st, &buf);
+    p->min_floor = limit_for(base + res + buf);
+    p->min_run = UINT64_MAX;
+    for (int j = 0; j < (int)c->n_layers; j++) {         /* the least any suffix needs */
+        stream_split(c, &sm, &w, j, &res, &st, &buf);
+        if (limit_for(base + res + buf) < p->min_run)
+            p->min_run = limit_for(base + res + buf);
+    }
+    if (p->min_run > p->min_floor)
+        p->min_run = p->min_floor;
 }
 
 static void fmt_size(uint64_t v, char *out, size_t cap)
@@ -256,7 +356,7 @@ static void take_fit(plan *p, const k3_config *c, const fit *f, k3_spine_mode mo
 int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_options *o, plan *p,
               shoal_err *err)
 {
-    char a[32], b[32];
+    char a[32], b[32], d[32];
     int rc = plan_inputs(c, lim, o, p, err);
 
     if (rc != 0)
@@ -277,7 +377,7 @@ int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_option
             snprintf(p->why, sizeof p->why, "auto: int8 would leave a RAM tier of %s, less than "
                      "one decode token's experts (%s); int4 fits", f8.ok ? a : "nothing", b);
         } else {
-            if (fit_streamed(p, c, o, K3_SPINE_INT4) == 0) {
+            if (fit_streamed(p, c, o, K3_SPINE_INT4, 1) == 0) {
                 p->verdict = PLAN_STREAMED;
                 snprintf(p->why, sizeof p->why, "auto: not even the int4 spine fits; layers "
                          "%d-%d are read from disk every token", p->first_streamed_layer,
@@ -292,7 +392,7 @@ int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_option
         if (f.ok) {
             take_fit(p, c, &f, m);
             snprintf(p->why, sizeof p->why, "--spine %s", k3_spine_mode_name(m));
-        } else if (fit_streamed(p, c, o, m) == 0) {
+        } else if (fit_streamed(p, c, o, m, 0) == 0) {
             p->verdict = PLAN_STREAMED;
             snprintf(p->why, sizeof p->why, "--spine %s does not fit whole; layers %d-%d are "
                      "read from disk every token", k3_spine_mode_name(m),
@@ -303,11 +403,16 @@ int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_option
     }
     if (p->verdict == PLAN_REFUSED) {
         fmt_size(p->limit, a, sizeof a);
-        fmt_size(p->min_floor, b, sizeof b);
-        snprintf(p->why, sizeof p->why, "the model needs at least %s of memory%s; this run may "
-                 "use %s (%s)", b, o->context ? " at this --context" : "", a, p->limit_by);
+        fmt_size(o->spine < 0 ? p->min_floor : p->min_run, b, sizeof b);
+        snprintf(p->why, sizeof p->why, "the model needs at least %s of memory%s%s; this run "
+                 "may use %s (%s)", b, o->context ? " at this --context" : "",
+                 o->spine < 0 ? "" : " with --spine given", a, p->limit_by);
+        if (o->spine >= 0)
+            return shoal_err_set(err, SHOAL_ENOMEM, "%s: below it not even the resident part "
+                                 "and two layers' buffers fit", p->why);
         return shoal_err_set(err, SHOAL_ENOMEM, "%s: below it more of the spine than one token's "
-                             "experts would be read from disk every token", p->why);
+                             "experts would be read from disk every token (--spine int4 streams "
+                             "more, from %s)", p->why, (fmt_size(p->min_run, d, sizeof d), d));
     }
     p->context_capped = p->context < c->max_positions;
     p->context_set = o->context != 0;
@@ -338,8 +443,9 @@ void plan_print(const plan *p, const k3_config *c, FILE *f)
         fmt_size(p->spine_streamed, a, sizeof a);
         fmt_size(p->stream_buffers, b, sizeof b);
         fprintf(f, "plan: streamed: %s per token from layer %d on (%.2f s/token at %.0f GB/s), "
-                "through %s of buffers\n", a, p->first_streamed_layer, p->stream_s_per_token,
-                PLAN_DISK_RATE / 1e9, b);
+                "through %s of buffers: layer L+1 is read with O_DIRECT while layer L computes, "
+                "its router and the lm_head stay resident\n", a, p->first_streamed_layer,
+                p->stream_s_per_token, PLAN_DISK_RATE / 1e9, b);
     }
     fmt_size(p->kv_bytes, a, sizeof a);
     fprintf(f, "plan: context %" PRId64 " tokens%s: KV cache and KDA state %s (%d cop%s)\n",
@@ -368,9 +474,10 @@ void plan_print(const plan *p, const k3_config *c, FILE *f)
     fmt_size(p->min_int8, a, sizeof a);
     fmt_size(p->min_int4, b, sizeof b);
     fmt_size(p->min_floor, e, sizeof e);
+    fmt_size(p->min_run, d, sizeof d);
     fprintf(f, "plan: this model: int8 with a useful tier from %s, int4 whole from %s, the "
-            "floor %s (%s)\n", a, b, e, p->context_set ? "at this --context"
-                                                        : "at the smallest context");
+            "floor %s (%s; with --spine given, streamed from %s)\n", a, b, e,
+            p->context_set ? "at this --context" : "at the smallest context", d);
     (void)c;
 }
 
@@ -415,6 +522,7 @@ shoal_json *plan_to_json(const plan *p)
         rc |= shoal_json_set_int(mins, "int8", (int64_t)p->min_int8);
         rc |= shoal_json_set_int(mins, "int4", (int64_t)p->min_int4);
         rc |= shoal_json_set_int(mins, "floor", (int64_t)p->min_floor);
+        rc |= shoal_json_set_int(mins, "streamed_any", (int64_t)p->min_run);
     }
     if (rc == 0) {
         rc = shoal_json_set_take(j, "spine", sp);

@@ -9,7 +9,9 @@
  * context it allows, the prefill scratch, the expert buffer pool, what is
  * left for the RAM tier, the choice of spine mode (`auto`), the part of
  * the spine that would be streamed when even int4 does not fit, and the
- * refusal below the floor with the smallest RAM that works.  Pure: it
+ * refusal below the floor with the smallest RAM that works (auto: the
+ * floor, no more of the spine streamed than one token's experts' bytes;
+ * --spine given: whatever streamed part fits).  Pure: it
  * reads nothing (common/platform.h reads the limits) and allocates
  * nothing but its JSON.  Uses common/ only; cli, serve, source and
  * forward use it.
@@ -40,6 +42,9 @@
  * rounded up to whole 2 MiB huge pages (engine/source). */
 #define PLAN_EXPERT_POOL   32
 #define PLAN_HUGE_PAGE     ((uint64_t)2 << 20)
+/* A streamed matrix's weights and scales each start at a multiple of
+ * this in its layer's region of the stream file (plan_stream_mat_bytes). */
+#define PLAN_STREAM_ALIGN  64
 /* The disk the cost of a streamed spine is stated at: one fast NVMe. */
 #define PLAN_DISK_RATE     7e9
 
@@ -61,7 +66,8 @@ void plan_options_default(plan_options *o);
 
 typedef enum plan_verdict {
     PLAN_RESIDENT = 0,         /* the whole spine resident */
-    PLAN_STREAMED = 1,         /* a prefix of layers resident, the rest read every token */
+    PLAN_STREAMED = 1,         /* a prefix of layers resident, the rest (but their routers)
+                                * read every token */
     PLAN_REFUSED = 2           /* below the floor */
 } plan_verdict;
 
@@ -78,7 +84,7 @@ typedef struct plan {
     uint64_t spine_resident;       /* of them resident (= spine_bytes unless streamed) */
     uint64_t spine_streamed;       /* read from disk every token */
     int      first_streamed_layer; /* layers [this, n) streamed; n_layers when none */
-    uint64_t stream_buffers;       /* two of the largest streamed layer */
+    uint64_t stream_buffers;       /* two of the largest streamed layer's region */
     double   stream_s_per_token;   /* spine_streamed / PLAN_DISK_RATE */
     int64_t  context;
     int      context_capped;       /* context < max_position_embeddings */
@@ -98,6 +104,10 @@ typedef struct plan {
      * resident, and the floor (streaming at most one token's experts'
      * bytes of the spine) */
     uint64_t min_int8, min_int4, min_floor;
+    /* with --spine given the floor does not apply: the smallest limit at
+     * which any suffix of layers streamed fits (the resident rest and two
+     * buffers) */
+    uint64_t min_run;
     char     why[320];             /* why this mode / verdict, one sentence */
 } plan;
 
@@ -113,6 +123,19 @@ int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_option
  * expert buffers, the router lookahead), without the context-dependent
  * MLA cache and scores. */
 uint64_t plan_scratch_bytes(const k3_config *c, size_t chunk, int threads);
+
+/* The streamed part (docs/engine.md, "Smaller machines"): whether a
+ * matrix of `part` is streamed when its layer is (all but the routers and
+ * the lm_head); the bytes a streamed matrix takes in its layer's region
+ * (weights, then scales, each aligned to PLAN_STREAM_ALIGN); the bytes of
+ * layer `layer`'s region (its streamed matrices, rounded up to 4 KiB: one
+ * O_DIRECT read, one of the two buffers). */
+int plan_part_streamed(k3_part part);
+uint64_t plan_stream_mat_bytes(k3_fmt fmt, uint64_t rows, uint64_t cols);
+uint64_t plan_stream_layer_bytes(const k3_config *c, k3_spine_mode mode, int layer);
+/* One of the two buffers for a region of `region` bytes: whole 2 MiB
+ * (huge) pages from 2 MiB on, whole 4 KiB pages below. */
+uint64_t plan_stream_buffer_bytes(uint64_t region);
 
 /* The plan as one block of text lines, each starting with "plan: ". */
 void plan_print(const plan *p, const k3_config *c, FILE *f);

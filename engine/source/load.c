@@ -125,21 +125,6 @@ static void mem_check(const plan *p)
              "other processes use memory the plan counted on; give --ram a smaller size", a, b);
 }
 
-/* A plan that does not run (yet): refused, or a streamed spine. */
-static int plan_check(const plan *p, const k3_config *c, shoal_err *err)
-{
-    char a[32], b[32];
-    if (p->verdict != PLAN_STREAMED)
-        return 0;
-    shoal_size_format(p->spine_streamed, a, sizeof a);
-    shoal_size_format(p->spine == K3_SPINE_INT8 ? p->min_int8 : p->min_int4, b, sizeof b);
-    (void)c;
-    return shoal_err_set(err, SHOAL_EUNSUPPORTED, "the %s spine does not fit: the plan would "
-                         "read %s of it from disk every token, which this engine does not do "
-                         "yet; it runs with the whole spine resident from %s of memory",
-                         k3_spine_mode_name(p->spine), a, b);
-}
-
 /* A step without a measure, for a caller that shows what the load does
  * (serve's /health while it loads). */
 static void step(const engine_load_options *o, const char *what)
@@ -157,13 +142,12 @@ int engine_load_open(const char *spec, const engine_load_options *o, engine_load
     int rc;
 
     memset(out, 0, sizeof *out);
+    out->plan_out = o->plan_out;
     step(o, engine_remote_is_spec(spec) ? "opening the model through shoald"
                                         : "opening the model");
     rc = plan_for(spec, o, &out->plan, &cfg, &out->remote, err);
     if (o->plan_out && (rc == 0 || out->plan.verdict == PLAN_REFUSED) && out->plan.limit)
         plan_print(&out->plan, &cfg, o->plan_out);
-    if (rc == 0)
-        rc = plan_check(&out->plan, &cfg, err);
     if (rc != 0)
         goto fail;
     mem_check(&out->plan);
@@ -177,6 +161,8 @@ int engine_load_open(const char *spec, const engine_load_options *o, engine_load
     mo.l2 = o->l2;
     mo.mla_eps = o->mla_eps;
     mo.pool = out->pool;
+    if (out->plan.verdict == PLAN_STREAMED)
+        mo.stream_layers = (int)cfg.n_layers - out->plan.first_streamed_layer;
     step(o, "loading the spine");
     if (out->remote) {
         if ((rc = engine_remote_bind(out->remote, &mo, out->plan.tier, err)) != 0)
@@ -208,6 +194,17 @@ void engine_load_close(engine_loaded *l)
 {
     if (!l)
         return;
+    if (l->model && l->plan.verdict == PLAN_STREAMED && l->plan_out) {
+        engine_stream_stats st;
+        engine_model_stream_stats(l->model, &st);
+        fprintf(l->plan_out, "stats: streamed spine: layers %d-%d, %.1f MiB file, %.1f MiB "
+                "buffers, %" PRIu64 " layer reads (%" PRIu64 " not read ahead), %.1f MiB, %.1f ms "
+                "waited%s\n",
+                 st.first_layer, (int)l->model->cfg.n_layers - 1, (double)st.file_bytes / 1048576.0,
+                 (double)st.buffer_bytes / 1048576.0, st.reads, st.sync_reads,
+                 (double)st.bytes / 1048576.0, (double)st.wait_ns / 1e6,
+                 st.direct ? ", O_DIRECT" : ", buffered (O_DIRECT refused)");
+    }
     if (l->remote) {
         engine_remote_free(l->remote);     /* owns the model and the source */
     } else {

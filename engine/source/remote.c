@@ -56,6 +56,9 @@ struct engine_remote {
     struct spine_maps *sm;     /* spine tensors mapped (freed after the model) */
     spine_pack *pack;          /* the pack, parsed, when used */
     spine_resident res;        /* its bytes in memory */
+    int stream_layers;         /* the plan's streamed layers (docs/engine.md "Smaller machines") */
+    int pack_fd;               /* streamed: the pack's descriptor, kept (-1 none) */
+    uint64_t pack_off, pack_filled;   /* its offset in pack_fd; bytes read at load so far */
     engine_remote_spine spine;
     /* to reconnect (engine_remote_reconnect): what to OPEN again and how
      * to reach the daemon; the expert source follows `link` */
@@ -223,8 +226,24 @@ static void on_daemon_progress(const shoal_progress *p, void *ctx)
 static int pack_take(engine_remote *r, int fd, uint64_t off, uint64_t len, engine_spine mode,
                      shoal_err *e)
 {
-    int rc = spine_resident_read(fd, off, len, r->ro.spine_load,
-                                 r->ro.io_threads > 0 ? r->ro.io_threads : 8, &r->res, e);
+    uint64_t fill = len;
+    uint8_t head[64];
+    int rc;
+
+    /* streamed: only the header and table now; the resident part once the
+     * model says where the streamed part begins (spine_load) */
+    if (r->stream_layers > 0 && r->ro.spine_load == SPINE_LOAD_READ &&
+        pread(fd, head, sizeof head, (off_t)off) == (ssize_t)sizeof head) {
+        fill = shoal_rd_le64(head + 40);
+        if (fill > len)
+            fill = len;
+        if (r->pack_fd < 0)
+            r->pack_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        r->pack_off = off;
+    }
+    rc = spine_resident_read_part(fd, off, len, fill, r->ro.spine_load,
+                                  r->ro.io_threads > 0 ? r->ro.io_threads : 8, &r->res, e);
+    r->pack_filled = fill;
     if (rc == 0)
         rc = spine_pack_open(r->res.data, r->res.length, mode, r->man->config,
                              r->man->config_len, &r->pack, e);
@@ -245,6 +264,9 @@ static void pack_drop(engine_remote *r)
     spine_pack_free(r->pack);
     r->pack = NULL;
     spine_resident_free(&r->res);
+    if (r->pack_fd >= 0)
+        close(r->pack_fd);
+    r->pack_fd = -1;
 }
 
 /* GET the pack shoald keeps for this model and take it.  0 with r->pack;
@@ -304,6 +326,7 @@ static int pack_fill(engine_remote *r, const engine_model_options *mo, spine_pac
 
     o.pack = NULL;
     o.pack_out = w;
+    o.stream_layers = 0;
     o.progress = r->ro.progress;
     o.progress_ctx = r->ro.progress_ctx;
     rc = engine_model_open_views(r->spec, r->man->config, r->man->config_len, tv, nv, NULL, NULL,
@@ -398,6 +421,26 @@ static int pack_build(engine_remote *r, const engine_model_options *mo)
     return 0;
 }
 
+/* The plan's streamed layers from the pack: streamed in place, and the
+ * resident part (the header and table are in) read now. */
+static int pack_stream(engine_remote *r, shoal_err *err)
+{
+    uint64_t end;
+    int n = (int)r->model->cfg.n_layers, rc;
+
+    if (r->pack_fd < 0)
+        return shoal_err_set(err, SHOAL_EUNSUPPORTED, "a streamed spine needs --spine-load read");
+    rc = engine_model_stream_pack(r->model, n - r->stream_layers, r->pack_fd, r->pack_off,
+                                  (uint8_t *)r->res.data, &end, err);
+    if (rc == 0)
+        rc = spine_resident_fill(&r->res, r->pack_fd, r->pack_filled, end,
+                                 r->ro.io_threads > 0 ? r->ro.io_threads : 8, err);
+    if (rc == 0)
+        LOG_INFO("remote", "%s: spine pack: %.1f MiB resident, layers %d-%d streamed from it",
+                 r->spec, (double)end / 1048576.0, n - r->stream_layers, n - 1);
+    return rc;
+}
+
 /* The spine in the mode of mo: from the cached pack, built into the
  * cache, or quantized in memory. */
 static int spine_load(engine_remote *r, const engine_model_options *mo, shoal_err *err)
@@ -416,6 +459,7 @@ static int spine_load(engine_remote *r, const engine_model_options *mo, shoal_er
     }
     r->sm->n = man->ntensors;
     r->spine.mode = mo->spine;
+    r->stream_layers = mo->stream_layers;
     o.pack = NULL;
     o.pack_out = NULL;
     if (r->spine_cache && spine_pack_name(mo->spine)) {
@@ -429,6 +473,8 @@ static int spine_load(engine_remote *r, const engine_model_options *mo, shoal_er
         if (got == 0)
             o.pack = r->pack;
     }
+    if (o.pack)
+        o.stream_layers = 0;      /* streamed in place from the pack, below */
     rc = spine_fetch(r, tv, &nv, &bytes, err);
     if (rc == 0) {
         LOG_INFO("remote", "%s: %zu spine tensors (%.1f MiB) from shoald in %.1f ms%s", r->spec,
@@ -436,14 +482,19 @@ static int spine_load(engine_remote *r, const engine_model_options *mo, shoal_er
                  o.pack ? " beside the spine pack" : "");
         rc = engine_model_open_views(r->spec, man->config, man->config_len, tv, nv, NULL, NULL,
                                      &o, &r->model, err);
+        if (rc == 0 && o.pack && r->stream_layers > 0)
+            rc = pack_stream(r, err);
     }
     if (rc != 0 && o.pack) {
         /* a pack that parses but does not fit this model's config */
         LOG_WARN("remote", "%s: cached spine pack refused: %s; quantizing instead", r->spec,
                  err ? err->msg : "?");
         r->spine.refused = 1;
+        engine_model_free(r->model);      /* before the pack it views (and streams into) */
+        r->model = NULL;
         pack_drop(r);
         o.pack = NULL;
+        o.stream_layers = mo->stream_layers;
         rc = spine_fetch(r, tv, &nv, &bytes, err);
         if (rc == 0)
             rc = engine_model_open_views(r->spec, man->config, man->config_len, tv, nv, NULL,
@@ -476,6 +527,7 @@ int engine_remote_connect(const char *spec, const engine_remote_options *ro,
     if (!r)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     r->info.manifest_fd = -1;
+    r->pack_fd = -1;
     if (ro)
         r->ro = *ro;
     r->timeout_ms = r->ro.timeout_ms > 0 ? r->ro.timeout_ms : 60000;

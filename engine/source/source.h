@@ -224,6 +224,7 @@ typedef struct engine_loaded {
     plan plan;
     engine_session_options session;   /* chunk, pool, src, experts, prefetch, context */
     double load_ms;
+    FILE *plan_out;            /* the options' plan_out: a streamed spine's figures at close */
 } engine_loaded;
 
 /* The plan alone: limits, config, plan_make; no weight read (hf:// opens
@@ -232,8 +233,10 @@ typedef struct engine_loaded {
 int engine_load_plan(const char *spec, const engine_load_options *o, plan *p, k3_config *cfg,
                      shoal_err *err);
 
-/* Plan and load.  A plan that streams part of the spine is refused for
- * now (SHOAL_EUNSUPPORTED naming the memory that would hold it whole).
+/* Plan and load.  A plan that streams part of the spine passes it on as
+ * engine_model_options.stream_layers: a directory's model writes the
+ * streamed part to a file as it derives it; through shoald the cached
+ * pack's streamed layers are read in place every pass (remote.c).
  * *out zeroed on failure; close with engine_load_close (accepts a zeroed
  * one). */
 int engine_load_open(const char *spec, const engine_load_options *o, engine_loaded *out,

@@ -21,6 +21,8 @@ typedef struct spine_resident {
     int locked;                /* MAP: mlock succeeded */
     int direct;                /* READ: O_DIRECT worked (else buffered reads) */
     double ms;
+    uint64_t file_start;       /* READ: the file offset of base[0] (a 4 KiB multiple) */
+    size_t lead;               /* READ: data - base */
 } spine_resident;
 
 /* Bring [off, off+len) of fd into memory per `mode`, reading with
@@ -28,5 +30,14 @@ typedef struct spine_resident {
 int spine_resident_read(int fd, uint64_t off, uint64_t len, spine_load_mode mode, int threads,
                         spine_resident *out, shoal_err *err);
 void spine_resident_free(spine_resident *r);
+/* READ only the first `fill` bytes of the object now (the buffer spans
+ * all `len`; the rest stays untouched anonymous memory, no RAM until
+ * written); spine_resident_fill reads [from, to) of the object later.
+ * MAP maps and populates everything. */
+int spine_resident_read_part(int fd, uint64_t off, uint64_t len, uint64_t fill,
+                             spine_load_mode mode, int threads, spine_resident *out,
+                             shoal_err *err);
+int spine_resident_fill(spine_resident *r, int fd, uint64_t from, uint64_t to, int threads,
+                        shoal_err *err);
 
 #endif

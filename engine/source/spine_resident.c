@@ -124,15 +124,51 @@ static int res_map(int fd, uint64_t off, uint64_t len, int threads, spine_reside
     return 0;
 }
 
+/* Read [b0, b1) of the buffer (whole blocks) from the file at start +
+ * b0; 0 or an error code.  O_DIRECT on a fresh description where it
+ * works, else buffered with the file's pages dropped after. */
+static int res_fill(int fd, uint8_t *buf, uint64_t start, size_t b0, size_t b1, size_t file_end,
+                    int threads, int *direct)
+{
+    res_job j = { .start = start + b0, .len = b1 - b0,
+                  .file_end = file_end > b0 ? file_end - b0 : 0, .buf = buf + b0 };
+    int rc;
+
+    j.fd = shoal_fd_reopen(fd, O_RDONLY | O_DIRECT);
+    j.direct = j.fd >= 0;
+    if (!j.direct)
+        j.fd = fd;
+    rc = res_run(&j, threads);
+    if (rc != 0 && j.direct) {             /* a file system that takes O_DIRECT opens but not reads */
+        close(j.fd);
+        j = (res_job){ .fd = fd, .buf = buf + b0, .start = start + b0, .len = b1 - b0,
+                       .file_end = file_end > b0 ? file_end - b0 : 0 };
+        rc = res_run(&j, threads);
+    }
+    if (j.direct)
+        close(j.fd);
+    else        /* buffered reads left the pack in the page cache: a second copy */
+        posix_fadvise(fd, (off_t)(start + b0), (off_t)(b1 - b0), POSIX_FADV_DONTNEED);
+    *direct = j.direct;
+    return rc;
+}
+
 int spine_resident_read(int fd, uint64_t off, uint64_t len, spine_load_mode mode, int threads,
                         spine_resident *out, shoal_err *err)
+{
+    return spine_resident_read_part(fd, off, len, len, mode, threads, out, err);
+}
+
+int spine_resident_read_part(int fd, uint64_t off, uint64_t len, uint64_t fill,
+                             spine_load_mode mode, int threads, spine_resident *out,
+                             shoal_err *err)
 {
     uint64_t t0 = shoal_now_ns(), start = off / 4096 * 4096;
     size_t lead = (size_t)(off - start), blocks = (lead + (size_t)len + 4095) / 4096 * 4096;
     size_t buflen = (blocks + RES_ALIGN - 1) / RES_ALIGN * RES_ALIGN;
-    res_job j = { .start = start, .len = blocks, .file_end = lead + (size_t)len };
+    size_t fill_blocks = (lead + (size_t)(fill < len ? fill : len) + 4095) / 4096 * 4096;
     void *buf = NULL;
-    int rc;
+    int rc, direct = 0;
 
     memset(out, 0, sizeof *out);
     if (len == 0 || len > (uint64_t)SIZE_MAX / 2)
@@ -148,23 +184,10 @@ int spine_resident_read(int fd, uint64_t off, uint64_t len, spine_load_mode mode
         return shoal_err_set(err, SHOAL_ENOMEM, "spine pack: no memory for %llu bytes (the "
                              "plan counted them: is something else holding memory?)",
                              (unsigned long long)len);
-    (void)madvise(buf, buflen, MADV_HUGEPAGE);     /* a hint: small pages work too */
-    j.fd = shoal_fd_reopen(fd, O_RDONLY | O_DIRECT);
-    j.direct = j.fd >= 0;
-    if (!j.direct)
-        j.fd = fd;
-    j.buf = buf;
-    rc = res_run(&j, threads);
-    if (rc != 0 && j.direct) {             /* a file system that takes O_DIRECT opens but not reads */
-        close(j.fd);
-        j = (res_job){ .fd = fd, .buf = buf, .start = start, .len = blocks,
-                       .file_end = lead + (size_t)len };
-        rc = res_run(&j, threads);
-    }
-    if (j.direct)
-        close(j.fd);
-    else        /* buffered reads left the pack in the page cache: a second copy */
-        posix_fadvise(fd, (off_t)start, (off_t)blocks, POSIX_FADV_DONTNEED);
+    /* a hint (small pages work too); not over a part streamed later, whose pages come
+     * and go a layer at a time */
+    (void)madvise(buf, fill < len ? fill_blocks / RES_ALIGN * RES_ALIGN : buflen, MADV_HUGEPAGE);
+    rc = res_fill(fd, buf, start, 0, fill_blocks, lead + (size_t)len, threads, &direct);
     if (rc != 0) {
         free(buf);
         return shoal_err_set(err, SHOAL_EIO, "spine pack: reading %llu bytes failed",
@@ -174,8 +197,28 @@ int spine_resident_read(int fd, uint64_t off, uint64_t len, spine_load_mode mode
     out->maplen = buflen;
     out->data = (const uint8_t *)buf + lead;
     out->length = len;
-    out->direct = j.direct;
+    out->direct = direct;
+    out->file_start = start;
+    out->lead = lead;
     out->ms = (double)(shoal_now_ns() - t0) / 1e6;
+    return 0;
+}
+
+int spine_resident_fill(spine_resident *r, int fd, uint64_t from, uint64_t to, int threads,
+                        shoal_err *err)
+{
+    size_t b0 = (r->lead + (size_t)from) / 4096 * 4096;
+    size_t b1 = (r->lead + (size_t)to + 4095) / 4096 * 4096;
+    int direct;
+
+    if (r->mapped || to <= from)
+        return 0;                          /* a mapping is populated whole */
+    if (b1 > r->maplen)
+        b1 = r->maplen;
+    if (res_fill(fd, r->base, r->file_start, b0, b1, r->lead + (size_t)r->length, threads,
+                 &direct) != 0)
+        return shoal_err_set(err, SHOAL_EIO, "spine pack: reading %llu bytes failed",
+                             (unsigned long long)(to - from));
     return 0;
 }
 

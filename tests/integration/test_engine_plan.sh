@@ -8,7 +8,10 @@
 #   - on tiny-k3, a limit between where int4 and int8 begin chooses int4,
 #     with --ram and under a real memory cgroup (v1 or v2, when one can be
 #     made here), and the run completes with the local int4 run's tokens;
-#     below the floor the run is refused with the same message;
+#     a limit below the int4 spine with --spine int4 (and int8) plans a
+#     streamed part, reads every streamed layer every pass and makes the
+#     all-resident run's tokens; below the smallest streamed plan, and
+#     (auto) below the floor, the run is refused with a clear message;
 #   - the context cap: a prompt past it is refused by run and answered 400
 #     context_length_exceeded by serve, as is a prompt and max_tokens past it.
 source "$(dirname "$0")/lib.sh"
@@ -121,6 +124,58 @@ mid=$(( (lo + hi) / 2 ))
   = "$(tail -n 1 "$T/o_int4")" ] || fail "--ram $mid: tokens differ from the local int4 run"
 grep -q '^plan: spine int4' "$T/ram.err" || fail "the run did not log its plan"
 echo "ok   tiny: int4 from $lo, int8 from $hi bytes; --ram $mid chose int4 and ran ($(tail -n 1 "$T/o_int4"))"
+
+# a limit below the int4 spine: --spine int4 plans a streamed part (tiny's experts are too
+# small next to its spine for auto's floor), runs it, and makes the all-resident run's ids
+"$E" plan "$M" --states 1 --spine int4 --json > "$T/tiny4.json" || fail "plan tiny --spine int4"
+slo=$(field "$T/tiny4.json" min_ram.streamed_any)
+[ "$slo" -lt "$lo" ] || fail "tiny: streaming needs $slo, int4 whole $lo"
+smid=$(( (slo + lo) / 2 ))
+"$E" run "$M" --tokens $P --max-tokens 6 --spine int4 --ram "$smid" --stats --json \
+    > "$T/st.json" 2> "$T/st.err" || { cat "$T/st.err"; fail "run --spine int4 --ram $smid"; }
+[ "$(field "$T/st.json" plan.verdict)" = streamed ] \
+    && [ "$(field "$T/st.json" plan.spine.streamed)" -gt 0 ] \
+    || { cat "$T/st.err"; fail "--ram $smid did not plan a streamed part"; }
+sfirst=$(field "$T/st.json" plan.spine.first_streamed_layer)
+grep -q "^plan: streamed: .* per token from layer $sfirst on" "$T/st.err" || fail "the streamed part is not stated"
+[ "$($PY -c 'import json,sys; print(" ".join(map(str, json.load(open(sys.argv[1]))["tokens"])))' "$T/st.json")" \
+  = "$(tail -n 1 "$T/o_int4")" ] || fail "--ram $smid (streamed from layer $sfirst): tokens differ from the resident int4 run"
+# every streamed layer was read each forward pass (6 tokens: 1 prefill chunk + 5 decode steps)
+reads=$(sed -n 's/^stats: streamed spine: .*, \([0-9]*\) layer reads.*/\1/p' "$T/st.err")
+[ "$reads" = $(( (8 - sfirst) * 6 )) ] || { cat "$T/st.err"; fail "streamed layer reads: $reads, not $(( (8 - sfirst) * 6 ))"; }
+echo "ok   tiny --spine int4 --ram $smid: layers $sfirst-7 streamed ($reads layer reads), the resident run's tokens"
+# the streamed int8 spine too, against the resident int8 run
+"$E" plan "$M" --states 1 --spine int8 --json > "$T/tiny8.json" || fail "plan tiny --spine int8"
+s8lo=$(field "$T/tiny8.json" min_ram.streamed_any)
+"$E" run "$M" --tokens $P --max-tokens 6 --spine int8 > "$T/o_int8" 2>/dev/null || fail "local int8 run"
+"$E" run "$M" --tokens $P --max-tokens 6 --spine int8 --ram $(( s8lo + 65536 )) > "$T/o_s8" 2> "$T/s8.err" \
+    || { cat "$T/s8.err"; fail "run --spine int8 streamed"; }
+grep -q '^plan: streamed' "$T/s8.err" && [ "$(tail -n 1 "$T/o_s8")" = "$(tail -n 1 "$T/o_int8")" ] \
+    || { cat "$T/s8.err"; fail "streamed int8: not streamed, or tokens differ from the resident int8 run"; }
+echo "ok   tiny --spine int8 at the smallest memory that streams: the resident int8 run's tokens"
+"$E" run "$M" --tokens $P --spine int4 --ram $(( slo - 4096 )) > "$T/slow.out" 2> "$T/slow.err" \
+    && fail "--spine int4 below the smallest streamed plan ran"
+grep -q 'with --spine given; this run may use' "$T/slow.err" || { cat "$T/slow.err"; fail "below the streamed minimum: no clear refusal"; }
+
+# through shoald: the cached pack's streamed layers read in place every pass, the same tokens
+# (the first run builds the pack, the second reads it from shoald's cache)
+start_hubmock --repo t/tiny="$M"
+export HF_ENDPOINT=$HUB
+bg shoald "$BIN/shoald" --home "$T/home" --no-fsync --log "$T/shoald.log"
+wait_line "$T/shoald.log" 'ready on' 20 || fail "shoald did not start"
+"$E" plan hf://t/tiny --home "$T/home" --states 1 --spine int4 --json > "$T/r4.json" || fail "plan hf://t/tiny"
+rmid=$(( ($(field "$T/r4.json" min_ram.streamed_any) + $(field "$T/r4.json" min_ram.int4)) / 2 ))
+for i in 1 2; do
+    "$E" run hf://t/tiny --home "$T/home" --tokens $P --max-tokens 6 --spine int4 --ram "$rmid" \
+        --stats > "$T/r$i.out" 2> "$T/r$i.err" || { cat "$T/r$i.err"; fail "hf:// streamed run $i"; }
+    grep -q '^plan: streamed' "$T/r$i.err" && [ "$(tail -n 1 "$T/r$i.out")" = "$(tail -n 1 "$T/o_int4")" ] \
+        || { cat "$T/r$i.err"; fail "hf:// run $i: not streamed, or tokens differ from the resident int4 run"; }
+    rr=$(sed -n 's/^stats: streamed spine: .*, \([0-9]*\) layer reads.*/\1/p' "$T/r$i.err")
+    [ "${rr:-0}" -ge $(( (8 - $(field "$T/r4.json" spine.first_streamed_layer)) * 6 )) ] \
+        || { cat "$T/r$i.err"; fail "hf:// run $i: $rr streamed layer reads"; }
+done
+grep -q 'stored spine-int4' "$T/shoald.log" || fail "no int4 pack stored"
+echo "ok   hf://t/tiny --spine int4 --ram $rmid: streamed in place from the pack (built, then cached), the resident run's tokens"
 
 "$E" run "$M" --tokens $P --ram 1G > "$T/low.out" 2> "$T/low.err" && fail "a run below the floor ran"
 grep -q 'run: the model needs at least 2.0[0-9] GiB of memory; this run may use 1.00 GiB (--ram)' \

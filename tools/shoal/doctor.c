@@ -338,11 +338,19 @@ static void check_memory(doctor *d)
     if (!strcmp(verdict, "resident"))
         c = add(d, "memory", ST_OK, NULL, "%s; K3 plans a resident %s spine and a %s RAM tier "
                 "(int8 with a useful tier from %s, int4 from %s)", where, mode, tier, i8, i4);
-    else
+    else if (!strcmp(verdict, "streamed")) {
+        char st[32];
+        fmt_size((uint64_t)jint(j, "spine.streamed", 0), st);
+        c = add(d, "memory", ST_WARN, "K3 runs, slower: each token re-reads the streamed part; "
+                "more memory (or a larger memory cgroup) keeps it resident",
+                "%s: K3 keeps part of its %s spine resident and streams %s of it every token "
+                "(resident whole: int4 from %s, int8 with a useful RAM tier from %s)", where,
+                mode, st, i4, i8);
+    } else
         c = add(d, "memory", ST_WARN, "smaller models run here; for K3 use a machine (or memory "
                 "cgroup) with at least that much",
-                "%s: too little for K3, whose int4 spine needs %s whole (int8 with a useful RAM "
-                "tier %s); this engine does not stream the spine", where, i4, i8);
+                "%s: too little for K3, even streaming its spine (int4 resident whole from %s, "
+                "int8 with a useful RAM tier from %s)", where, i4, i8);
     shoal_json_set_str(c->detail, "verdict", verdict);
     shoal_json_set_int(c->detail, "limit", jint(j, "limit", 0));
     shoal_json_set_str(c->detail, "limit_by", jstr(j, "limit_by", "?"));

@@ -106,8 +106,12 @@ static void test_32gb_streams(void **state)
     assert_true(p.spine_streamed > 5 * 1000000000ull && p.spine_streamed < 15 * 1000000000ull);
     assert_true(p.stream_s_per_token > 0.5 && p.stream_s_per_token < 2.5);
     assert_int_equal(p.context, 4096);
-    assert_int_equal(p.tier, 0);
-    assert_int_equal(p.spine_resident + p.spine_streamed, p.spine_bytes);
+    /* what is left is less than one more layer could have kept */
+    assert_true(p.tier < p.stream_buffers);
+    /* the streamed regions hold their routers too (read in place with the
+     * layer, used from the resident copy) and each array's alignment */
+    assert_true(p.spine_resident + p.spine_streamed >= p.spine_bytes);
+    assert_true(p.spine_resident + p.spine_streamed < p.spine_bytes + p.spine_bytes / 50);
     assert_true(p.limit >= p.reserve + p.spine_resident + p.stream_buffers + p.kv_bytes +
                            p.scratch + p.pool);
 }
