@@ -86,6 +86,31 @@ LIBS_shoalc   := common
 LIBS_shoal-engine := serve source forward plan text kernels common
 LIBS_shoal    := cache common
 
+# ---- MPI=1: expert parallelism over MPI (engine/ranks/, docs/mpi.md) -----
+# engine/ranks/ is a room of the engine.  Without MPI=1 it is the owner map
+# and a refusal of --experts-over-ranks (none.c): nothing needs MPI and
+# every other binary builds as before.  `make MPI=1` (best in its own
+# BUILD= and BIN=, as tests/integration/test_mpi.sh does) compiles its MPI
+# files and links shoal-engine with mpicc, the wrapper of Open MPI or
+# MPICH (Debian: libopenmpi-dev, openmpi-bin; scripts/deps.sh installs
+# them); no other binary is linked with MPI.
+MPI       ?=
+MPICC     ?= mpicc
+COMPONENTS += ranks
+LIBS_ranks := ranks source forward plan kernels common
+LIBS_shoal-engine := ranks $(LIBS_shoal-engine)
+ifeq ($(MPI),1)
+ranks_SRC := $(filter-out engine/ranks/none.c,$(wildcard engine/ranks/*.c))
+$(BUILD)/engine/ranks/%.o: CC := $(MPICC)
+$(BIN)/shoal-engine: private CC := $(MPICC)
+else
+ranks_SRC := engine/ranks/map.c engine/ranks/none.c
+endif
+clean: clean-mpi
+clean-mpi:
+	rm -rf build-mpi build-asan-mpi
+.PHONY: clean-mpi
+
 # ---- binaries -------------------------------------------------------------
 # tools/<name>/*.c -> bin/<name>; daemon/*.c -> bin/shoald;
 # engine/cli/*.c -> bin/shoal-engine.

@@ -27,6 +27,9 @@ PC_PKGS=(libcurl sqlite3 libevent libevent_pthreads jansson libpcre2-8 cmocka
 # it, so it is not in PC_PKGS); systemd: systemd-analyze verifies the units
 # (no running systemd needed); man-db: `man -l` renders the man pages.
 APT_PKGS+=(libsystemd-dev systemd man-db)
+# openmpi-bin, libopenmpi-dev: the optional `make MPI=1` build (mpicc) and
+# tests/integration/test_mpi.sh (mpirun); nothing else uses MPI (docs/mpi.md).
+APT_PKGS+=(openmpi-bin libopenmpi-dev)
 NPM_DIR=tests/node
 mode=${1:-install}
 

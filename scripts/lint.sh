@@ -67,20 +67,21 @@ rm -f "${TMPDIR:-/tmp}/shoal-lint.$$"
 # kernels; plan is arithmetic every room above kernels may use; text
 # stands alone).  Keep this table and docs/README.md's map
 # saying the same.
-engine_rooms="text kernels plan forward source serve cli"
+engine_rooms="text kernels plan forward source serve ranks cli"
 may_use() {
     case $1 in
         text|kernels|plan) echo "" ;;
         forward) echo "plan kernels" ;;
         source)  echo "plan forward kernels" ;;
         serve)   echo "text plan forward source kernels" ;;
-        cli)     echo "text kernels plan forward source serve" ;;
+        ranks)   echo "plan forward source kernels" ;;   # MPI: docs/mpi.md
+        cli)     echo "text kernels plan forward source serve ranks" ;;
     esac
 }
 # Headers of common/ that only the daemon client side may use: the wire
 # protocol and the socket client.  Text, kernels and the forward pass know
 # neither shoald nor its protocol.
-no_daemon_client="text kernels plan forward"
+no_daemon_client="text kernels plan forward ranks"
 
 # The room a file belongs to ("" when none): a test of a component is in
 # that component's room; a fuzz target may see the private headers of the

@@ -79,6 +79,25 @@ int cli_parse(const char *cmd, int argc, char **argv, const cli_option *own, cli
  * why there is none. */
 int cli_home(const char *cmd, cli_opts *o, shoal_err *err);
 
+/* --experts-over-ranks: "%r" in the resolved home (--home or SHOAL_HOME)
+ * becomes the rank, so each rank reaches its own shoald (docs/mpi.md).
+ * 0, or SHOAL_ETOOBIG with err filled. */
+int cli_home_rank(cli_opts *o, int rank, shoal_err *err);
+
+/* --experts-over-ranks (docs/mpi.md), for run and serve.  cli_ranks_begin
+ * starts MPI and makes the home this rank's; on an owner rank it serves
+ * rank 0 until the run is over and returns the exit status; on rank 0 it
+ * returns -1 with o->load set up (RAM tier 0, the `bound` hook that meets
+ * the owners and gives the session their source and applier, r->lead
+ * once bound).  Failures before rank 0 can report them end every rank. */
+struct ranks_lead;
+typedef struct cli_ranks {
+    int rank, timeout_ms;
+    struct ranks_lead *lead;     /* rank 0, after the load */
+} cli_ranks;
+int cli_ranks_begin(const char *cmd, cli_opts *o, int *argc, char ***argv, cli_ranks *r);
+int cli_ranks_bound(void *ctx, engine_loaded *l, shoal_err *err);
+
 /* A whole decimal or real number in [lo, hi].  0 or -1. */
 int cli_number(const char *s, double lo, double hi, double *out);
 

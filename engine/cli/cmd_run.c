@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -31,6 +32,7 @@
 #include "common/sys.h"
 #include "engine/cli/cli_int.h"
 #include "engine/forward/forward.h"
+#include "engine/ranks/ranks.h"
 #include "engine/source/source.h"
 
 typedef struct run_opts {
@@ -41,17 +43,19 @@ typedef struct run_opts {
     int json, stop_at_eos;
     const char *dump_logits, *dump_hidden;
     const char *toks;            /* --tokens as given */
+    int over_ranks;              /* --experts-over-ranks (docs/mpi.md) */
+    cli_ranks ranks;             /* rank 0 of such a run: the lead once bound */
 } run_opts;
 
 enum { RUN_TOKENS = CLI_OWN, RUN_MAX_TOKENS, RUN_STOP_EOS, RUN_JSON, RUN_DUMP_LOGITS,
-       RUN_DUMP_HIDDEN, RUN_EXPERTS, RUN_ALOG, RUN_MLA_EPS, RUN_L2 };
+       RUN_DUMP_HIDDEN, RUN_EXPERTS, RUN_ALOG, RUN_MLA_EPS, RUN_L2, RUN_RANKS };
 
 static const cli_option RUN_OPTS[] = {
     { "tokens", 1, RUN_TOKENS }, { "max-tokens", 1, RUN_MAX_TOKENS },
     { "stop-at-eos", 0, RUN_STOP_EOS }, { "json", 0, RUN_JSON },
     { "dump-logits", 1, RUN_DUMP_LOGITS }, { "dump-hidden", 1, RUN_DUMP_HIDDEN },
     { "experts", 1, RUN_EXPERTS }, { "alog", 1, RUN_ALOG }, { "mla-eps", 1, RUN_MLA_EPS },
-    { "l2", 1, RUN_L2 }, { NULL, 0, 0 },
+    { "l2", 1, RUN_L2 }, { "experts-over-ranks", 0, RUN_RANKS }, { NULL, 0, 0 },
 };
 
 static void usage(FILE *f)
@@ -76,7 +80,11 @@ static void usage(FILE *f)
           "                      (default fast, exact with --spine f32)\n"
           "  --alog per-head|per-channel   KDA A_log indexing (default per-head)\n"
           "  --mla-eps E         MLA latent RMSNorm epsilon (default 1e-6)\n"
-          "  --l2 fla|max        KDA L2 norm form (default fla)\n", f);
+          "  --l2 fla|max        KDA L2 norm form (default fla)\n"
+          "  --experts-over-ranks  under mpirun -np N (a `make MPI=1` build): rank 0\n"
+          "                      runs the model, ranks 1..N-1 own its routed experts,\n"
+          "                      each with its own shoald (%r in --home or SHOAL_HOME\n"
+          "                      is the rank); docs/mpi.md\n", f);
 }
 
 static int parse_tokens(const char *s, run_opts *o)
@@ -117,6 +125,7 @@ static int run_own(void *ctx, int id, const char *val)
     case RUN_JSON: o->json = 1; return 0;
     case RUN_DUMP_LOGITS: o->dump_logits = val; return 0;
     case RUN_DUMP_HIDDEN: o->dump_hidden = val; return 0;
+    case RUN_RANKS: o->over_ranks = 1; return 0;
     case RUN_EXPERTS:
         if (strcmp(val, "fast") == 0) l->experts = KERNELS_FAST;
         else if (strcmp(val, "exact") == 0) l->experts = KERNELS_EXACT;
@@ -452,6 +461,51 @@ static void print_spine(const engine_loaded *l)
             : sp.direct ? "; read into memory with O_DIRECT" : "; read into memory");
 }
 
+/* ---- --experts-over-ranks (docs/mpi.md) -------------------------------------- */
+
+static const ranks_lead *g_lead;
+
+/* The launcher ends the other ranks with SIGTERM when one dies: say what
+ * rank 0 was waiting for before going (async-signal-safe writes only). */
+static void on_term(int sig)
+{
+    static const char a[] = "run: rank 0: ended by a signal while ";
+    static const char b[] = ": an owner rank died or the launcher stopped the run (mpirun's "
+                            "message names the rank)\n";
+    const char *d = ranks_lead_doing(g_lead);
+    ssize_t w;
+
+    (void)sig;
+    w = write(2, a, sizeof a - 1);
+    w = write(2, d[0] ? d : "loading", d[0] ? strlen(d) : 7);
+    w = write(2, b, sizeof b - 1);
+    (void)w;
+    _exit(1);
+}
+
+static void print_ranks(const run_opts *o, const ranks_lead *l, const gen_out *g)
+{
+    size_t positions = o->n_tokens + (g->n ? g->n - 1 : 0);
+    ranks_stats r;
+    double per = 0;
+
+    ranks_lead_stats(l, &r);
+    if (!r.layers)
+        return;
+    per = (double)r.span_ns > (double)r.owner_ns ? (double)(r.span_ns - r.owner_ns) : 0;
+    fprintf(stderr, "stats: ranks: %" PRIu64 " MoE layer runs, %" PRIu64 " experts (%" PRIu64
+            " rows) applied by owners; per layer run: span %.3f ms (inputs out .. last output "
+            "in), busiest owner %.3f ms, communication %.3f ms, rank 0 waiting %.3f ms\n",
+            r.layers, r.experts, r.rows, (double)r.span_ns / 1e6 / (double)r.layers,
+            (double)r.owner_ns / 1e6 / (double)r.layers, per / 1e6 / (double)r.layers,
+            (double)r.wait_ns / 1e6 / (double)r.layers);
+    fprintf(stderr, "stats: ranks: %" PRIu64 " bytes out, %" PRIu64 " bytes in, %" PRIu64
+            " prefetch notes (%" PRIu64 " bytes), %" PRIu64 " messages; per token %.0f bytes "
+            "over %zu tokens\n", r.bytes_out, r.bytes_in, r.notes, r.note_bytes, r.messages,
+            positions ? (double)(r.bytes_out + r.bytes_in + r.note_bytes) / (double)positions
+                      : 0.0, positions);
+}
+
 static int run_model(run_opts *o, shoal_err *err)
 {
     engine_loaded l;
@@ -476,6 +530,7 @@ static int run_model(run_opts *o, shoal_err *err)
     if ((rc = context_check(o, &l, err)) != 0)
         goto done;
     engine_session_options so = l.session;
+    g_lead = o->ranks.lead;
     if (o->dump_hidden) {
         hs.layers = (int)m->cfg.n_layers;
         hs.dim = (size_t)m->cfg.hidden;
@@ -509,7 +564,9 @@ static int run_model(run_opts *o, shoal_err *err)
             goto done;
     }
     if (o->c.stats) {
-        print_stats(o, &g, s, l.src, m);
+        print_stats(o, &g, s, so.src, m);
+        if (o->ranks.lead)
+            print_ranks(o, o->ranks.lead, &g);
         print_spine(&l);
         fprintf(stderr, "stats: major page faults: %" PRIu64 " while loading, %" PRIu64
                 " while generating\n", g.majflt_load, g.majflt_run);
@@ -523,12 +580,44 @@ static int run_model(run_opts *o, shoal_err *err)
     }
 done:
     engine_session_free(s);
+    if (rc == 0)
+        ranks_lead_free(o->ranks.lead);   /* the owners' END; on failure the run is aborted */
     engine_load_close(&l);
     free(hs.data);
     free(g.ids);
     free(g.step_ms);
     free(g.wait_ms);
     free(g.logits);
+    return rc;
+}
+
+/* `mpirun -np N shoal-engine run MODEL --experts-over-ranks ...`: every
+ * rank parses the same arguments; rank 0 runs the model and prints, the
+ * others serve their experts until rank 0 is done.  A failure on rank 0
+ * (its own, or an owner's it was told of) is printed there and ends every
+ * rank (MPI_Abort). */
+static int run_over_ranks(run_opts *o, int argc, char **argv)
+{
+    shoal_err err = { 0 };
+    struct sigaction sa;
+    int rc;
+
+    if ((rc = cli_ranks_begin("run", &o->c, &argc, &argv, &o->ranks)) >= 0) {
+        free(o->tokens);
+        return rc;
+    }
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sigaction(SIGTERM, &sa, NULL);
+    rc = run_model(o, &err);
+    free(o->tokens);
+    if (rc != 0) {
+        fprintf(stderr, "run: %s\n", err.msg[0] ? err.msg : shoal_strerror(rc));
+        fflush(stderr);
+        ranks_abort(1);
+    }
+    rc = fflush(stdout) == 0 ? 0 : 1;
+    ranks_finish();
     return rc;
 }
 
@@ -549,6 +638,8 @@ int engine_cmd_run(int argc, char **argv)
         free(o.tokens);
         return rc == 1 ? 0 : rc == 3 ? 1 : rc;
     }
+    if (o.over_ranks)
+        return run_over_ranks(&o, argc, argv);
     rc = run_model(&o, &err);
     free(o.tokens);
     if (rc != 0) {

@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/path.h"
 #include "engine/cli/cli_int.h"
+#include "engine/ranks/ranks.h"
 #include "engine/serve/serve.h"
 #include "engine/forward/forward.h"
 
@@ -30,11 +31,14 @@ typedef struct serve_opts {
     const char *key_file;      /* --api-key-file */
     int key_arg_set;           /* --api-key was given: its copy in key_arg */
     char key_arg[4096];
+    int over_ranks;            /* --experts-over-ranks (docs/mpi.md) */
+    cli_ranks ranks;
 } serve_opts;
 
 enum {
     S_HOST = CLI_OWN, S_PORT, S_API_KEY, S_API_KEY_FILE, S_QUEUE, S_MAX_BODY, S_MAX_HEADER,
     S_REQUEST_TIMEOUT, S_IDLE_TIMEOUT, S_MAX_CONNECTIONS, S_MODEL_NAME, S_LOG_LEVEL,
+    S_RANKS,
 };
 
 /* --expert-ram, --threads, --chunk, --spine, --home are the shared table's
@@ -45,7 +49,7 @@ static const cli_option SERVE_OPTS[] = {
     { "max-body", 1, S_MAX_BODY }, { "max-header", 1, S_MAX_HEADER },
     { "request-timeout", 1, S_REQUEST_TIMEOUT }, { "idle-timeout", 1, S_IDLE_TIMEOUT },
     { "max-connections", 1, S_MAX_CONNECTIONS }, { "model-name", 1, S_MODEL_NAME },
-    { "log-level", 1, S_LOG_LEVEL }, { NULL, 0, 0 },
+    { "log-level", 1, S_LOG_LEVEL }, { "experts-over-ranks", 0, S_RANKS }, { NULL, 0, 0 },
 };
 
 static void usage(FILE *f)
@@ -75,6 +79,9 @@ static void usage(FILE *f)
           "  --model-name NAME   the model id clients use (default: org/name for\n"
           "                      hf://org/name, else MODEL's directory name)\n"
           "  --log-level L       error|warn|info|debug (default info)\n"
+          "  --experts-over-ranks  under mpirun -np N (a `make MPI=1` build): rank 0\n"
+          "                      serves, ranks 1..N-1 apply the routed experts, each\n"
+          "                      with its own shoald (%r in --home is the rank); docs/mpi.md\n"
           "\n"
           "The port opens first (GET /health answers 503 \"loading\" meanwhile);\n"
           "'listening on http://HOST:PORT' goes to stdout once the model is ready.\n", f);
@@ -207,6 +214,7 @@ static int serve_own(void *ctx, int id, const char *val)
             return -1;
         o->cfg.max_connections = (size_t)v;
         return 0;
+    case S_RANKS: o->over_ranks = 1; return 0;
     case S_LOG_LEVEL:
         return shoal_log_level_parse(val, &o->lvl) == 0 ? 0 : -1;
     }
@@ -248,6 +256,8 @@ int engine_cmd_serve(int argc, char **argv)
     shoal_log_set_level(o.lvl);
     if (cli_home("serve", &o.c, &err) != 0)
         return 1;
+    if (o.over_ranks && (rc = cli_ranks_begin("serve", &o.c, &argc, &argv, &o.ranks)) >= 0)
+        return rc;
     if (!o.cfg.model_name) {
         default_name(o.c.model, name, sizeof name);
         o.cfg.model_name = name;
@@ -266,5 +276,12 @@ int engine_cmd_serve(int argc, char **argv)
     memset(key, 0, sizeof key);
     if (rc != 0)
         fprintf(stderr, "serve: %s\n", err.msg);
+    if (o.over_ranks) {            /* rank 0: end the owners with it */
+        fflush(stderr);
+        if (rc != 0)
+            ranks_abort(1);
+        ranks_lead_free(o.ranks.lead);
+        ranks_finish();
+    }
     return rc == 0 ? 0 : 1;
 }

@@ -21,6 +21,7 @@
 #include "common/sys.h"
 #include "common/version.h"
 #include "engine/cli/cli_int.h"
+#include "engine/ranks/ranks.h"
 
 enum {
     OPT_RAM = 256, OPT_CONTEXT, OPT_SPINE, OPT_EXPERT_RAM, OPT_PREFETCH, OPT_CUTOFF,
@@ -264,6 +265,79 @@ int cli_home(const char *cmd, cli_opts *o, shoal_err *err)
         return 1;
     }
     o->load.home = o->home;
+    return 0;
+}
+
+int cli_home_rank(cli_opts *o, int rank, shoal_err *err)
+{
+    char out[SHOAL_PATH_MAX];
+    size_t n = 0;
+
+    if (!o->load.home)
+        return 0;
+    for (const char *p = o->home; *p; p++) {
+        int w = 1;
+        if (p[0] == '%' && p[1] == 'r') {
+            w = snprintf(out + n, sizeof out - n, "%d", rank);
+            p++;
+        } else if (n + 1 < sizeof out) {
+            out[n] = *p;
+        }
+        if (w < 0 || n + (size_t)w >= sizeof out)
+            return shoal_err_set(err, SHOAL_ETOOBIG, "--home %s: too long for rank %d", o->home, rank);
+        n += (size_t)w;
+    }
+    out[n] = '\0';
+    memcpy(o->home, out, n + 1);
+    o->load.home = o->home;
+    return 0;
+}
+
+int cli_ranks_begin(const char *cmd, cli_opts *o, int *argc, char ***argv, cli_ranks *r)
+{
+    ranks_world w;
+    shoal_err err = { 0 };
+    int rc;
+
+    if ((rc = ranks_start(argc, argv, &w, &err)) != 0) {
+        fprintf(stderr, "%s: %s\n", cmd, err.msg);
+        if (w.size > 1)
+            ranks_abort(1);
+        ranks_finish();
+        return 1;
+    }
+    r->rank = w.rank;
+    r->timeout_ms = o->load.timeout_ms;
+    if (cli_home_rank(o, w.rank, &err) != 0) {
+        fprintf(stderr, "%s: rank %d: %s\n", cmd, w.rank, err.msg);
+        ranks_abort(1);
+    }
+    if (w.rank == 0) {
+        /* rank 0 fetches no expert: its RAM tier would stay empty */
+        o->load.plan.expert_ram_set = 1;
+        o->load.plan.expert_ram = 0;
+        o->load.bound = cli_ranks_bound;
+        o->load.bound_ctx = r;
+        return -1;
+    }
+    ranks_owner_options oo = { &o->load, o->stats ? stderr : NULL };
+    rc = ranks_owner_serve(o->model, &oo, &w, &err);
+    if (rc != 0)
+        fprintf(stderr, "%s: rank %d: %s\n", cmd, w.rank, err.msg);
+    ranks_finish();
+    return rc == 0 ? 0 : 1;
+}
+
+int cli_ranks_bound(void *ctx, engine_loaded *l, shoal_err *err)
+{
+    cli_ranks *r = ctx;
+    ranks_lead_options ro = { r->timeout_ms, l->session.chunk, l->session.experts };
+    int rc;
+
+    if ((rc = ranks_lead_new(l->model, &ro, &r->lead, err)) != 0)
+        return rc;
+    l->session.src = ranks_lead_source(r->lead);
+    l->session.applier = ranks_lead_applier(r->lead);
     return 0;
 }
 

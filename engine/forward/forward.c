@@ -639,6 +639,31 @@ static int moe_expert_ready(void *ctx, int layer, int32_t e, const uint8_t *span
     return 0;
 }
 
+/* Experts applied elsewhere (forward.h part 4b): the batch handed over
+ * after the latent down projection, and the wait for its outputs, timed
+ * as waiting for experts. */
+static engine_moe_batch moe_applied_batch(engine_session *s, int layer, size_t n, size_t nu)
+{
+    const k3_config *c = &s->m->cfg;
+    session_ws *ws = &s->w;
+
+    return (engine_moe_batch){
+        .layer = layer, .n = n, .k = (size_t)c->n_experts_per_token,
+        .latent = (size_t)c->latent, .z = ws->rz, .n_ids = nu, .ids = ws->uniq,
+        .cnt = ws->e_cnt, .first = ws->e_off, .pairs = ws->pairs, .slots = ws->slots,
+    };
+}
+
+static int moe_applied_wait(engine_session *s, const engine_moe_batch *b, shoal_err *err)
+{
+    uint64_t t0 = shoal_now_ns();
+    int rc = s->opt.applier->wait(s->opt.applier->ctx, b, err);
+
+    s->st.wait_ns += shoal_now_ns() - t0;
+    s->st.expert_uses += b->n * b->k;
+    return rc;
+}
+
 static int layer_moe(engine_session *s, int layer, const float *x, size_t n, float *out,
                      shoal_err *err)
 {
@@ -662,22 +687,30 @@ static int layer_moe(engine_session *s, int layer, const float *x, size_t n, flo
     if ((rc = expert_source_request(s->opt.src, layer, ws->uniq, nu, 0, err)) ||
         (rc = lookahead_issue(s, layer, x, n, err)))
         return rc;
-    /* 4. latent input */
+    /* 4. latent input; experts applied elsewhere get it now (part 4b) */
     if ((rc = session_mul(s, &w->down, x, n, ws->rz, err)))
+        return rc;
+    engine_moe_batch rb = moe_applied_batch(s, layer, n, nu);
+    if (s->opt.applier && (rc = s->opt.applier->send(s->opt.applier->ctx, &rb, err)))
         return rc;
     /* 7. shared experts (added to the routed output below) */
     if ((rc = layer_dense(s, &w->shared, x, n, ws->out2, err)))
         return rc;
     /* 5. each distinct expert once for the chunk, computed as it arrives */
-    expert_source_stats_get(s->opt.src, &before);
-    rc = expert_source_fetch(s->opt.src, layer, ws->uniq, nu, moe_expert_ready, &mc, err);
-    expert_source_stats_get(s->opt.src, &after);
-    s->st.wait_ns += after.wait_ns - before.wait_ns;
-    if (rc != 0)
-        return rc;
-    if (after.experts - before.experts != nu)
-        return shoal_err_set(err, SHOAL_EINTERNAL, "expert source delivered %llu of %zu experts",
-                             (unsigned long long)(after.experts - before.experts), nu);
+    if (s->opt.applier) {
+        if ((rc = moe_applied_wait(s, &rb, err)) != 0)
+            return rc;
+    } else {
+        expert_source_stats_get(s->opt.src, &before);
+        rc = expert_source_fetch(s->opt.src, layer, ws->uniq, nu, moe_expert_ready, &mc, err);
+        expert_source_stats_get(s->opt.src, &after);
+        s->st.wait_ns += after.wait_ns - before.wait_ns;
+        if (rc != 0)
+            return rc;
+        if (after.experts - before.experts != nu)
+            return shoal_err_set(err, SHOAL_EINTERNAL, "expert source delivered %llu of %zu experts",
+                                 (unsigned long long)(after.experts - before.experts), nu);
+    }
     s->st.expert_loads += nu;
     s->st.moe_calls++;
     /* U = Σ w_e y_e in routing order; then RMSNorm and the up projection */

@@ -507,6 +507,45 @@ int expert_source_request(expert_source *src, int layer, const int32_t *ids, siz
  * source).  NULL on no memory. */
 expert_source *expert_source_local_new(const engine_model *m);
 
+/* ---- 4b. experts applied elsewhere (optional) -----------------------------
+ *
+ * A MoE layer's routed experts computed by someone else: other processes
+ * that own them (engine/ranks/, over MPI; docs/mpi.md).  The session hands
+ * over the chunk's latent inputs and the grouping of its (token, slot)
+ * pairs by expert; the applier writes each expert's output for each pair
+ * into slots.  Its contract is moe_expert_ready's arithmetic: for expert e,
+ * the rows z[t] of its pairs in pair order, one kernels_expert_apply over
+ * those cnt[e] rows with weight 1 onto zeros, in the session's numerics
+ * (opt.experts).  Then the sums in routing order, and so the logits, are
+ * the bits of a run that computes the experts itself.
+ *
+ * The session still asks its expert source (opt.src) for every layer's
+ * experts and the lookahead's guesses (expert_source_request), at the
+ * same points as before, so an applier can pass them on as prefetch
+ * notes; the source's fetch is not called.
+ */
+typedef struct engine_moe_batch {
+    int layer;
+    size_t n, k, latent;          /* tokens, experts per token, L */
+    const float *z;               /* [n][L] the latent inputs */
+    size_t n_ids;
+    const int32_t *ids;           /* [n_ids] the distinct experts, ascending */
+    const int32_t *cnt;           /* [E] pairs of expert e */
+    const int32_t *first;         /* [E+1] expert e's first entry in pairs */
+    const int32_t *pairs;         /* [n·k] t·k + slot, grouped by expert, t ascending */
+    float *slots;                 /* [n·k][L] out: expert output of pair t·k + slot */
+} engine_moe_batch;
+
+typedef struct engine_expert_applier {
+    /* Hand the batch over without waiting for results (the layer then
+     * computes its shared experts); b and what it points to stay valid
+     * until wait returns. */
+    int (*send)(void *ctx, const engine_moe_batch *b, shoal_err *err);
+    /* Wait for every output of the batch sent and fill b->slots. */
+    int (*wait)(void *ctx, const engine_moe_batch *b, shoal_err *err);
+    void *ctx;
+} engine_expert_applier;
+
 /* ---- 5. sessions ----------------------------------------------------------
  *
  * one sequence running through a bound model: its decode state
@@ -546,6 +585,9 @@ typedef struct engine_session_options {
      * MLA cache never grows past it and a run past it is SHOAL_ERANGE.
      * 0: max_position_embeddings. */
     int64_t max_positions;
+    /* Optional (part 4b): the routed experts applied elsewhere; borrowed.
+     * NULL: computed here as src delivers them. */
+    const engine_expert_applier *applier;
 } engine_session_options;
 
 /* One MoE layer's predictors: how many of the experts it used had been

@@ -183,6 +183,8 @@ int engine_load_open(const char *spec, const engine_load_options *o, engine_load
         .no_prefetch = o->no_prefetch, .prefetch_cutoff = o->prefetch_cutoff,
         .max_positions = out->plan.context,
     };
+    if (o->bound && (rc = o->bound(o->bound_ctx, out, err)) != 0)
+        goto fail;
     out->load_ms = (double)(shoal_now_ns() - t0) / 1e6;
     return 0;
 fail:

@@ -188,6 +188,8 @@ void engine_remote_free(engine_remote *r);
  * the expert source, the plan.  Does not own the sessions.
  */
 
+struct engine_loaded;
+
 typedef struct engine_load_options {
     plan_options plan;         /* ram, context, spine (-1 auto), chunk, threads, copies,
                                 * expert_ram; `remote` is set from the spec */
@@ -212,6 +214,12 @@ typedef struct engine_load_options {
      * being built ("quantizing", "storing"); may be NULL */
     engine_progress_fn progress;
     void *progress_ctx;
+    /* Called once the model is bound and l->session filled, before the
+     * load returns, on the loading thread: it may change l->session (the
+     * MPI ranks' source and applier, docs/mpi.md); a failure fails the
+     * load.  May be NULL. */
+    int (*bound)(void *ctx, struct engine_loaded *l, shoal_err *err);
+    void *bound_ctx;
 } engine_load_options;
 
 void engine_load_options_default(engine_load_options *o);
