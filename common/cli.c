@@ -43,6 +43,8 @@ int shoal_exit_for(int rc)
     case SHOAL_ELOCKED:
     case SHOAL_EBUSY:     return SHOAL_EXIT_BUSY;
     case SHOAL_ENET:
+    case SHOAL_ETIMEOUT:
+    case SHOAL_EOFFLINE:
     case SHOAL_EAUTH:     return SHOAL_EXIT_UPSTREAM;
     case SHOAL_ENOSPC:    return SHOAL_EXIT_NOSPACE;
     case SHOAL_ECANCELED: return SHOAL_EXIT_INTERRUPTED;

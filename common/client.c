@@ -640,7 +640,7 @@ int shoal_client_job(shoal_client *c, uint64_t job, shoal_job_status *out, shoal
     int rc;
     begin(c, SHOAL_MSG_JOB);
     shoal_msg_put_u64(&c->msg, job);
-    rc = client_call(c, SHOAL_MSG_JOB_STATUS, NULL, err);
+    rc = client_call(c, SHOAL_MSG_JOB_STATUS3, NULL, err);
     if (rc)
         return rc;
     shoal_rd_init(&r, c->body.data, c->body.len);
@@ -651,6 +651,7 @@ int shoal_client_job(shoal_client *c, uint64_t job, shoal_job_status *out, shoal
     out->objects_total = shoal_rd_u32(&r);
     out->errors = shoal_rd_u32(&r);
     shoal_rd_str_copy(&r, out->last_error, sizeof out->last_error);
+    out->last_code = shoal_rd_i32(&r);
     return shoal_rd_finish(&r) ? client_fail(c, SHOAL_EPROTO, err) : 0;
 }
 
@@ -709,6 +710,13 @@ int shoal_client_gc(shoal_client *c, uint64_t max_bytes, shoal_buf *out, shoal_e
 {
     begin(c, SHOAL_MSG_GC);
     shoal_msg_put_u64(&c->msg, max_bytes);
+    return json_call(c, out, err);
+}
+
+int shoal_client_rm(shoal_client *c, const char *spec, shoal_buf *out, shoal_err *err)
+{
+    begin(c, SHOAL_MSG_RM);
+    shoal_msg_put_str(&c->msg, spec, strlen(spec));
     return json_call(c, out, err);
 }
 

@@ -148,6 +148,7 @@ typedef struct shoal_job_status {
     uint64_t bytes_done, bytes_total;
     uint32_t objects_done, objects_total, errors;
     char     last_error[256];
+    int      last_code;       /* the last error's code (common/err.h), 0: none */
 } shoal_job_status;
 
 int shoal_client_job(shoal_client *c, uint64_t job, shoal_job_status *out, shoal_err *err);
@@ -157,6 +158,10 @@ int shoal_client_stats(shoal_client *c, const char *query_json, shoal_buf *out, 
 int shoal_client_gc(shoal_client *c, uint64_t max_bytes, shoal_buf *out, shoal_err *err);
 int shoal_client_verify(shoal_client *c, const char *model, int deep, shoal_buf *out,
                         shoal_err *err);
+/* RM (protocol 3): remove every cached object of the models matching
+ * spec (docs/protocol.md); JSON "shoal.rm" appended to out.  EBUSY while
+ * a client or a warm job holds the model. */
+int shoal_client_rm(shoal_client *c, const char *spec, shoal_buf *out, shoal_err *err);
 /* REPORT a client's own counters (JSON object). */
 int shoal_client_report(shoal_client *c, const char *json, shoal_err *err);
 /* PIN (on=1) or UNPIN (on=0) keys of an open model. */

@@ -27,6 +27,7 @@ static const struct { const char *name, *text; } err_table[SHOAL_ERR_COUNT_] = {
     { "EUNSUPPORTED","not supported" },
     { "EBUSY",       "busy, try again later" },
     { "EINTERNAL",   "internal error" },
+    { "EOFFLINE",    "offline: not in the cache and the Hub is not reachable" },
 };
 
 static int err_index(int code)

@@ -34,7 +34,9 @@ enum {
     SHOAL_EUNSUPPORTED = -17, /* valid but not supported */
     SHOAL_EBUSY       = -18,  /* try again later */
     SHOAL_EINTERNAL   = -19,  /* a bug: an invariant did not hold */
-    SHOAL_ERR_COUNT_  =  20
+    SHOAL_EOFFLINE    = -20,  /* the upstream is offline (HF_HUB_OFFLINE or
+                                 unreachable) and the cache lacks it */
+    SHOAL_ERR_COUNT_  =  21
 };
 
 #define SHOAL_ERR_MSG_MAX 512

@@ -21,6 +21,8 @@ void shoal_hf_env_capture(shoal_hf_env *env)
     env->xdg_cache_home = getenv("XDG_CACHE_HOME");                 /* lint: allow */
     env->home = getenv("HOME");                                     /* lint: allow */
     env->disable_implicit = getenv("HF_HUB_DISABLE_IMPLICIT_TOKEN"); /* lint: allow */
+    env->offline = getenv("HF_HUB_OFFLINE");                        /* lint: allow */
+    env->hub_cache = getenv("HF_HUB_CACHE");                        /* lint: allow */
 }
 
 static int set(const char *s) { return s && s[0]; }
@@ -72,4 +74,31 @@ char *shoal_hf_token(const shoal_hf_env *env)
         tok = trimmed(&b);
     shoal_buf_free(&b);
     return tok;
+}
+
+int shoal_hf_offline(const shoal_hf_env *env)
+{
+    static const char *const yes[] = { "1", "true", "yes", "on" };
+    if (!set(env->offline))
+        return 0;
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
+        if (strcasecmp(env->offline, yes[i]) == 0)
+            return 1;
+    return 0;
+}
+
+int shoal_hf_hub_cache(const shoal_hf_env *env, char *out, size_t cap)
+{
+    int n;
+    if (set(env->hub_cache))
+        n = snprintf(out, cap, "%s", env->hub_cache);
+    else if (set(env->hf_home))
+        n = snprintf(out, cap, "%s/hub", env->hf_home);
+    else if (set(env->xdg_cache_home))
+        n = snprintf(out, cap, "%s/huggingface/hub", env->xdg_cache_home);
+    else if (set(env->home))
+        n = snprintf(out, cap, "%s/.cache/huggingface/hub", env->home);
+    else
+        return -1;
+    return n > 0 && (size_t)n < cap ? 0 : -1;
 }

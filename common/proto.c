@@ -17,12 +17,12 @@ static const char *const msg_names[] = {
     [SHOAL_MSG_STATS] = "STATS", [SHOAL_MSG_REPORT] = "REPORT", [SHOAL_MSG_PIN] = "PIN",
     [SHOAL_MSG_GC] = "GC", [SHOAL_MSG_VERIFY] = "VERIFY", [SHOAL_MSG_RELEASE] = "RELEASE",
     [SHOAL_MSG_PUT] = "PUT", [SHOAL_MSG_PUT_BEGIN] = "PUT_BEGIN",
-    [SHOAL_MSG_PUT_COMMIT] = "PUT_COMMIT",
+    [SHOAL_MSG_PUT_COMMIT] = "PUT_COMMIT", [SHOAL_MSG_RM] = "RM",
     [SHOAL_MSG_OK] = "OK", [SHOAL_MSG_ERROR] = "ERROR", [SHOAL_MSG_HELLO_OK] = "HELLO_OK",
     [SHOAL_MSG_OPEN_OK] = "OPEN_OK", [SHOAL_MSG_GET_ITEM] = "GET_ITEM",
     [SHOAL_MSG_JOB_OK] = "JOB_OK", [SHOAL_MSG_JOB_STATUS] = "JOB_STATUS",
     [SHOAL_MSG_JSON] = "JSON", [SHOAL_MSG_PROGRESS] = "PROGRESS",
-    [SHOAL_MSG_PUT_READY] = "PUT_READY",
+    [SHOAL_MSG_PUT_READY] = "PUT_READY", [SHOAL_MSG_JOB_STATUS3] = "JOB_STATUS3",
 };
 
 int shoal_msg_type_known(uint16_t type)
@@ -38,6 +38,9 @@ unsigned shoal_msg_type_version(uint16_t type)
     case SHOAL_MSG_PROGRESS:
     case SHOAL_MSG_PUT_READY:
         return 2;
+    case SHOAL_MSG_RM:
+    case SHOAL_MSG_JOB_STATUS3:
+        return 3;
     default:
         return 1;
     }

@@ -22,9 +22,10 @@
 
 /* The version a client asks for in HELLO and the oldest the daemon still
  * speaks (docs/protocol.md, principle 2).  2 added PROGRESS, PUT_BEGIN,
- * PUT_COMMIT and PUT_READY; a connection that said 1 never receives a type
+ * PUT_COMMIT and PUT_READY; 3 added RM and JOB_STATUS3 (JOB's answer with
+ * the last error's code); a connection that said 1 never receives a type
  * version 1 did not know. */
-#define SHOAL_PROTO_VERSION   2
+#define SHOAL_PROTO_VERSION   3
 #define SHOAL_PROTO_VERSION_MIN 1
 #define SHOAL_PROTO_HEADER    24
 #define SHOAL_PROTO_MAX_BODY  (1u << 20)
@@ -35,13 +36,14 @@ enum shoal_msg_type {
     SHOAL_MSG_HELLO = 1, SHOAL_MSG_OPEN = 2, SHOAL_MSG_GET = 3, SHOAL_MSG_CANCEL = 4,
     SHOAL_MSG_WARM = 5, SHOAL_MSG_JOB = 6, SHOAL_MSG_STATS = 7, SHOAL_MSG_REPORT = 8,
     SHOAL_MSG_PIN = 9, SHOAL_MSG_GC = 10, SHOAL_MSG_VERIFY = 11, SHOAL_MSG_RELEASE = 12,
-    SHOAL_MSG_PUT = 13, SHOAL_MSG_PUT_BEGIN = 14, SHOAL_MSG_PUT_COMMIT = 15,
+    SHOAL_MSG_PUT = 13, SHOAL_MSG_PUT_BEGIN = 14, SHOAL_MSG_PUT_COMMIT = 15, SHOAL_MSG_RM = 16,
     SHOAL_MSG_OK = 64, SHOAL_MSG_ERROR = 65, SHOAL_MSG_HELLO_OK = 66, SHOAL_MSG_OPEN_OK = 67,
     SHOAL_MSG_GET_ITEM = 68, SHOAL_MSG_JOB_OK = 69, SHOAL_MSG_JOB_STATUS = 70,
-    SHOAL_MSG_JSON = 71, SHOAL_MSG_PROGRESS = 72, SHOAL_MSG_PUT_READY = 73
+    SHOAL_MSG_JSON = 71, SHOAL_MSG_PROGRESS = 72, SHOAL_MSG_PUT_READY = 73,
+    SHOAL_MSG_JOB_STATUS3 = 74
 };
 
-/* The oldest protocol version that knows a message type (1 or 2). */
+/* The oldest protocol version that knows a message type (1, 2 or 3). */
 unsigned shoal_msg_type_version(uint16_t type);
 
 /* PROGRESS: how far a long request (OPEN, PUT, VERIFY, GC) has come.  Never

@@ -108,6 +108,10 @@ typedef struct daemon_config {
     char     conf_path[SHOAL_PATH_MAX];   /* HOME/shoald.conf */
     int      settings_given;       /* the command line gave a setting: save */
     const char *endpoint;          /* HF endpoint (NULL: default) */
+    int         offline;           /* HF_HUB_OFFLINE: the cache only */
+    char        hf_cache[SHOAL_PATH_MAX];  /* huggingface_hub's cache, a peer
+                                      of the Hub ("" none) */
+    char        peer_memo[SHOAL_PATH_MAX]; /* HOME/hfcache-verified.txt */
     const char *token;             /* NULL: anonymous */
     uint32_t flush_ms;             /* counter flush timer */
     const char *metrics;           /* --metrics ADDR:PORT, NULL: off */
@@ -331,6 +335,10 @@ int  model_open(shoald *d, const char *spec, model_ready_fn ready, void *ctx,
                 const work_progress **prog, model **out, shoal_err *err);
 void model_release(shoald *d, model *m);
 model *model_by_handle(shoald *d, uint32_t handle);
+/* RM's check: the open models whose repo is spec's (hf://org/name[@rev],
+ * org/name or a directory) must be idle; they are dropped.  SHOAL_EBUSY
+ * (naming who holds one) otherwise. */
+int  model_drop_idle(shoald *d, const char *spec, shoal_err *err);
 /* Resolve a protocol key to an object.  SHOAL_ENOTFOUND naming it. */
 int  model_key_resolve(const model *m, const shoal_key *k, objref *out, shoal_err *err);
 void model_free_all(shoald *d);
@@ -432,6 +440,21 @@ int  upstream_headroom(const shoald *d);
 void upstream_park_all(shoald *d);
 struct fetch_stats;
 void upstream_stats(const model *m, struct fetch_stats *out);
+/* 0 and the path of the verified Hugging Face cache blob holding the bytes
+ * of m's file `file` (read in place), else -1. */
+int  upstream_peer_blob(const model *m, uint32_t file, char *out, size_t cap);
+/* "online", "offline" (HF_HUB_OFFLINE: the cache only) or "unreachable"
+ * (the Hub did not answer at open: the revision is its last known commit),
+ * "local" for a directory. */
+const char *upstream_state_name(const model *m);
+
+/* ---- peer.c: objects served in place from the Hugging Face cache ---- */
+/* 1 when o's bytes are in a verified HF cache blob: key i of g answered
+ * (a hit: the blob's descriptor, the object's offset in it, its XXH3-128
+ * computed from those bytes), else 0 (nothing sent). */
+int  peer_serve(conn *c, model *m, getreq *g, uint16_t i, const objref *o);
+/* 1 when o is in a verified HF cache blob (warm has nothing to fetch). */
+int  peer_has(const model *m, const objref *o);
 
 /* ---- session.c ----------------------------------------------------------------- */
 
@@ -449,6 +472,10 @@ int  session_handle_add(conn *c, uint32_t handle);
 int  session_handle_drop(conn *c, uint32_t handle);
 /* Send GET item i of g (status, source, descriptor taken) and drop g when
  * it was the last. */
+/* The same for a descriptor that is not a cache blob (the HF cache's, peer.c):
+ * the object is [offset, offset + obj->length) of obj->fd. */
+void session_item_send_at(conn *c, getreq *g, uint16_t i, int source, const cache_obj *obj,
+                          uint64_t offset);
 void session_item_send(conn *c, getreq *g, uint16_t i, int status, int source,
                        const cache_obj *obj);
 void session_get_free(conn *c, getreq *g);
@@ -543,7 +570,7 @@ int  warm_plan(struct warm *w, model *m, int selection, int flags, uint32_t a, u
                const shoal_key *keys, size_t nkeys, shoal_buf *out, shoal_err *err);
 int  warm_status(struct warm *w, uint64_t job, uint8_t *state, uint64_t *bytes_done,
                  uint64_t *bytes_total, uint32_t *objs_done, uint32_t *objs_total,
-                 uint32_t *errors, char *last_error, size_t cap);
+                 uint32_t *errors, int *last_code, char *last_error, size_t cap);
 /* A warm waiter's transfer ended. */
 void warm_waiter_done(warm_job *j, waiter *w, int rc, const char *msg, uint64_t bytes);
 /* Persist progress (shutdown). */

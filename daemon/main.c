@@ -78,7 +78,10 @@ static const shoal_cli_spec SPEC = {
     .opts = OPTS,
     .notes = "Upstream: HF_ENDPOINT (default https://huggingface.co); the token from\n"
              "HF_TOKEN, HUGGING_FACE_HUB_TOKEN or $HF_TOKEN_PATH ($HF_HOME/token,\n"
-             "~/.cache/huggingface/token), sent only to the endpoint's host.",
+             "~/.cache/huggingface/token), sent only to the endpoint's host.\n"
+             "HF_HUB_OFFLINE=1: never ask the Hub (the cache only).  A huggingface_hub\n"
+             "cache (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub) is\n"
+             "read in place for the same hf:// names, its blobs hashed first.",
     .man_extra =
         ".SH SIGNALS\n"
         ".TP\n.B SIGTERM, SIGINT\nstop accepting, park transfers (a later start resumes them), "
@@ -225,6 +228,11 @@ static int config_build(const opts *o, daemon_config *cfg, shoal_err *err)
     if (settings_apply(cfg, o->set, err) != 0)
         return err->code;
     cfg->endpoint = hfe.endpoint;
+    cfg->offline = shoal_hf_offline(&hfe);
+    if (shoal_hf_hub_cache(&hfe, cfg->hf_cache, sizeof cfg->hf_cache) != 0)
+        cfg->hf_cache[0] = '\0';
+    snprintf(cfg->peer_memo, sizeof cfg->peer_memo, "%.*s/hfcache-verified.txt",
+             (int)sizeof cfg->peer_memo - 32, cfg->home);
     if (cfg->endpoint && !cfg->endpoint[0])
         cfg->endpoint = NULL;
     cfg->flush_ms = 1000;

@@ -324,3 +324,31 @@ int model_key_resolve(const model *m, const shoal_key *k, objref *o, shoal_err *
     o->key.etag = man->files[o->file].etag;
     return 0;
 }
+
+int model_drop_idle(shoald *d, const char *spec, shoal_err *err)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < DAEMON_MODELS_MAX; i++) {
+            model *m = d->models[i];
+            cache_model cm;
+            if (!m || !m->man)
+                continue;
+            memset(&cm, 0, sizeof cm);
+            snprintf(cm.repo, sizeof cm.repo, "%s", m->man->repo);
+            snprintf(cm.revision, sizeof cm.revision, "%s", m->man->revision);
+            snprintf(cm.commit, sizeof cm.commit, "%s", m->man->commit);
+            if (!cache_model_matches(&cm, spec))
+                continue;
+            /* First pass: refuse if any is held; second: drop them all. */
+            if (pass == 0 && m->refs > 0)
+                return shoal_err_set(err, SHOAL_EBUSY, "%s is in use in shoald (%u holders: "
+                                     "engines, warm jobs or transfers); stop them (or wait for "
+                                     "the job) and run `shoal rm` again", m->spec, m->refs);
+            if (pass == 1) {
+                d->models[i] = NULL;
+                model_free(m);
+            }
+        }
+    }
+    return 0;
+}

@@ -247,6 +247,8 @@ static void get_key(conn *c, model *m, getreq *g, uint16_t i, const shoal_key *k
             session_item_send(c, g, i, rc, SHOAL_SRC_MISS, NULL);
             return;
         }
+        if (peer_serve(c, m, g, i, &o))   /* in place, from the HF cache */
+            return;
         c->counts.misses++;
         w->source = SHOAL_SRC_MISS;
     }
@@ -385,14 +387,17 @@ static int op_job(conn *c, const daemon_request *rq)
     uint8_t state;
     uint64_t bd, bt;
     uint32_t od, ot, errs;
+    int code = 0;
     char last[256];
 
-    if (warm_status(c->d->warm, rq->u64, &state, &bd, &bt, &od, &ot, &errs, last,
+    if (warm_status(c->d->warm, rq->u64, &state, &bd, &bt, &od, &ot, &errs, &code, last,
                     sizeof last) != 0) {
         snprintf(last, sizeof last, "no job %llu", (unsigned long long)rq->u64);
         return conn_send_error(c, rq->id, SHOAL_ENOTFOUND, last), 0;
     }
-    shoal_msg_begin(b, SHOAL_MSG_JOB_STATUS, SHOAL_MSG_F_LAST, rq->id);
+    /* Version 3 has JOB_STATUS3: the same, and the last error's code. */
+    shoal_msg_begin(b, c->version >= 3 ? SHOAL_MSG_JOB_STATUS3 : SHOAL_MSG_JOB_STATUS,
+                    SHOAL_MSG_F_LAST, rq->id);
     shoal_msg_put_u8(b, state);
     shoal_msg_put_u64(b, bd);
     shoal_msg_put_u64(b, bt);
@@ -400,6 +405,8 @@ static int op_job(conn *c, const daemon_request *rq)
     shoal_msg_put_u32(b, ot);
     shoal_msg_put_u32(b, errs);
     shoal_msg_put_str(b, last, strlen(last));
+    if (c->version >= 3)
+        shoal_msg_put_i32(b, code);
     if (shoal_msg_end(b) != 0)
         return SHOAL_EINTERNAL;
     conn_send(c, b->buf.data, b->buf.len, -1);
@@ -708,6 +715,33 @@ static int op_verify(conn *c, const daemon_request *rq)
     return 0;
 }
 
+/* ---- RM ------------------------------------------------------------------------------ */
+
+/* RM (protocol 3): the models matching the spec must be idle (no client,
+ * job or transfer holds them: EBUSY naming how many do); the idle ones are
+ * dropped from memory, then the cache removes their objects, rows and
+ * counters on the loop (one transaction; the blobs unlinked after it) and
+ * answers "shoal.rm", as `shoal rm` does without a daemon. */
+static int op_rm(conn *c, const daemon_request *rq)
+{
+    shoal_err err = { 0 };
+    shoal_buf out;
+    int rc;
+
+    if (model_drop_idle(c->d, rq->text, &err) != 0)
+        return ops_fail(c, rq->id, &err), 0;
+    shoal_buf_init(&out, SHOAL_PROTO_MAX_BODY - 4);
+    rc = cache_report_rm(c->d->cache, rq->text, &out, &err);
+    if (rc)
+        ops_fail(c, rq->id, &err);
+    else
+        conn_send_json(c, rq->id, &out);
+    shoal_buf_free(&out);
+    if (rc == 0)
+        LOG_INFO("ops", "rm %s", rq->text);
+    return 0;
+}
+
 /* ---- PUT ---------------------------------------------------------------------------- */
 
 static int op_put(conn *c, const daemon_request *rq)
@@ -750,6 +784,7 @@ int ops_dispatch(conn *c, const daemon_request *rq)
     case SHOAL_MSG_PUT:     return op_put(c, rq);
     case SHOAL_MSG_PUT_BEGIN:  return op_put_begin(c, rq);
     case SHOAL_MSG_PUT_COMMIT: return derived_put_commit(c, rq);
+    case SHOAL_MSG_RM:      return op_rm(c, rq);
     default:
         conn_send_error(c, rq->id, SHOAL_EPROTO, "not a request");
         return SHOAL_EPROTO;

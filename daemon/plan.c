@@ -298,6 +298,8 @@ void *plan_json(const warm_sel *s, const model *m, int selection, uint32_t a, ui
     shoal_json_set_str(o, "schema", "shoal.warm.plan");
     shoal_json_set_int(o, "version", 1);
     shoal_json_set_str(o, "model", m->spec);
+    shoal_json_set_str(o, "commit", m->man->commit);
+    shoal_json_set_str(o, "upstream", upstream_state_name(m));
     shoal_json_set_str(sel, "kind", sel_names[selection >= 0 && selection <= 4 ? selection : 0]);
     if (selection == 2) {
         shoal_json_set_int(sel, "first", a);

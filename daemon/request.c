@@ -73,6 +73,7 @@ int daemon_request_parse(const shoal_msg_header *h, const uint8_t *body, size_t 
         break;
     case SHOAL_MSG_OPEN:
     case SHOAL_MSG_STATS:
+    case SHOAL_MSG_RM:
         shoal_rd_str_copy(&r, q->text, sizeof q->text);
         break;
     case SHOAL_MSG_GET:

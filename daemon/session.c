@@ -104,8 +104,23 @@ int session_handle_drop(conn *c, uint32_t handle)
     return SHOAL_ENOTFOUND;
 }
 
+static void item_send(conn *c, getreq *g, uint16_t i, int status, int source,
+                      const cache_obj *obj, uint64_t offset);
+
 void session_item_send(conn *c, getreq *g, uint16_t i, int status, int source,
                        const cache_obj *obj)
+{
+    item_send(c, g, i, status, source, obj, 0);
+}
+
+void session_item_send_at(conn *c, getreq *g, uint16_t i, int source, const cache_obj *obj,
+                          uint64_t offset)
+{
+    item_send(c, g, i, 0, source, obj, offset);
+}
+
+static void item_send(conn *c, getreq *g, uint16_t i, int status, int source,
+                      const cache_obj *obj, uint64_t offset)
 {
     shoal_msg_builder *m = conn_builder(c);
     static const uint8_t zero[16];
@@ -125,7 +140,7 @@ void session_item_send(conn *c, getreq *g, uint16_t i, int status, int source,
     shoal_msg_put_u16(m, i);
     shoal_msg_put_i32(m, status);
     shoal_msg_put_u8(m, (uint8_t)source);
-    shoal_msg_put_u64(m, 0);
+    shoal_msg_put_u64(m, status == 0 ? offset : 0);
     shoal_msg_put_u64(m, status == 0 ? obj->length : 0);
     shoal_msg_put_bytes(m, status == 0 ? obj->xxh128 : zero, 16);
     if (shoal_msg_end(m) != 0) {

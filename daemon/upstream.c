@@ -36,9 +36,17 @@
 #include "common/log.h"
 #include "fetcher/fetch.h"
 
+#include "common/sys.h"
+
 #include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* After a transfer found the upstream unreachable (SHOAL_EOFFLINE), new
+ * transfers of that model fail at once for this long (docs/fetcher.md,
+ * "Offline"): a warm job or an engine asking for 600 missing objects gets
+ * 600 immediate errors, not 600 connection attempts. */
+#define UPSTREAM_UNREACHABLE_MS 10000
 
 typedef struct watch {
     int fd;                          /* -1: free slot */
@@ -55,6 +63,8 @@ struct upstream_model {
     watch  *w;
     size_t  nw;
     int     broken;                  /* session failed: rebuild before use */
+    int64_t unreachable_until_ms;    /* EOFFLINE: fail new transfers at once */
+    char    unreachable[SHOAL_ERR_MSG_MAX];
     int     cancelling;              /* inside fetch_session_cancel */
 };
 
@@ -213,6 +223,12 @@ static void session_check(struct upstream_model *um)
         return;
     LOG_WARN("upstream", "%s: transfers stopped: %s", um->m->spec, err.msg);
     um->broken = 1;
+    if (err.code == SHOAL_EOFFLINE) {
+        /* The upstream cannot be reached: for a while, what is not cached
+         * fails now rather than each object trying (and waiting) again. */
+        um->unreachable_until_ms = shoal_wall_ms() + UPSTREAM_UNREACHABLE_MS;
+        snprintf(um->unreachable, sizeof um->unreachable, "%s", err.msg);
+    }
     sched_fail_model(um->d->sched, um->m, err.code ? err.code : SHOAL_EIO, err.msg);
 }
 
@@ -304,6 +320,9 @@ int upstream_model_prepare(const daemon_config *cfg, const char *spec, cache *si
     o.split_ways = cfg->parallel;
     o.demand_headroom = cfg->parallel / 2 < 1 ? 1 : cfg->parallel / 2;   /* upstream_headroom */
     o.split_min = cfg->split_min;
+    o.offline = cfg->offline;
+    o.hf_cache = cfg->hf_cache[0] ? cfg->hf_cache : NULL;
+    o.peer_memo = cfg->peer_memo[0] ? cfg->peer_memo : NULL;
     o.stop = stop;
     o.defer_records = 1;   /* the side handle only reads; the loop records (attach) */
     rc = fetch_upstream_open(&o, side, &um->u, err);
@@ -312,6 +331,16 @@ int upstream_model_prepare(const daemon_config *cfg, const char *spec, cache *si
         bo.progress = prep_phase;
         bo.ctx = prog;
         rc = fetch_manifest_build(um->u, side, &bo, man, from_cache, keep, err);
+    }
+    if (rc == 0) {
+        /* The HF cache's blobs of this model: hashed here (the worker) the
+         * first time, then only stat'ed; served in place (peer.c). */
+        int n;
+        work_progress_set(prog, "hfcache", 0, 0);
+        n = fetch_upstream_peer_scan(um->u, *man);
+        if (n)
+            LOG_INFO("upstream", "%s: %d of %zu files are read in place from the Hugging Face "
+                     "cache", spec, n, (*man)->nfiles);
     }
     if (um->u)   /* the side handle is the worker's: forget it */
         fetch_upstream_set_cache(um->u, NULL, NULL);
@@ -367,6 +396,27 @@ int upstream_start(shoald *d, xfer *x, shoal_err *err)
     fetch_item it;
     int rc;
 
+    if (fetch_upstream_offline(um->u) == FETCH_OFFLINE) {
+        /* HF_HUB_OFFLINE: what is not cached fails now, named. */
+        const manifest_file *f = x->obj.file < x->m->man->nfiles ? &x->m->man->files[x->obj.file]
+                                                                 : NULL;
+        if (x->obj.layer >= 0)
+            return shoal_err_set(err, SHOAL_EOFFLINE, "layer %d expert %d of %s is not in the "
+                                 "cache and HF_HUB_OFFLINE is set: unset it (and restart "
+                                 "shoald) to fetch it", x->obj.layer, x->obj.expert, x->m->spec);
+        return shoal_err_set(err, SHOAL_EOFFLINE, "%s (%s bytes %llu-%llu) of %s is not in the "
+                             "cache and HF_HUB_OFFLINE is set: unset it (and restart shoald) to "
+                             "fetch it", x->obj.tensor ? x->obj.tensor : "the object",
+                             f ? f->path : "?", (unsigned long long)x->key.offset,
+                             (unsigned long long)(x->key.offset + x->key.length - 1), x->m->spec);
+    }
+    if (um->unreachable_until_ms > shoal_wall_ms())
+        return shoal_err_set(err, SHOAL_EOFFLINE, "%s is not in the cache and the upstream of "
+                             "%s could not be reached %lld s ago (%s); it is tried again after "
+                             "%d s", x->obj.layer >= 0 ? "the expert" : "the object", x->m->spec,
+                             (long long)((shoal_wall_ms() - um->unreachable_until_ms
+                                          + UPSTREAM_UNREACHABLE_MS) / 1000),
+                             um->unreachable, UPSTREAM_UNREACHABLE_MS / 1000);
     if (um->s && um->broken)
         session_drop(um);
     if (!um->s) {
@@ -428,6 +478,26 @@ int upstream_headroom(const shoald *d)
 {
     int h = d->cfg.parallel / 2;   /* as upstream_model_prepare's demand_headroom */
     return h < 1 ? 1 : h;
+}
+
+int upstream_peer_blob(const model *m, uint32_t file, char *out, size_t cap)
+{
+    if (!m->up || !m->up->u || file >= m->man->nfiles)
+        return -1;
+    return fetch_upstream_peer_blob(m->up->u, m->man->files[file].path, out, cap);
+}
+
+const char *upstream_state_name(const model *m)
+{
+    if (m->local)
+        return "local";
+    if (!m->up || !m->up->u)
+        return "online";
+    switch (fetch_upstream_offline(m->up->u)) {
+    case FETCH_OFFLINE:     return "offline";
+    case FETCH_UNREACHABLE: return "unreachable";
+    default:                return "online";
+    }
 }
 
 void upstream_stats(const model *m, fetch_stats *out)

@@ -56,6 +56,7 @@ struct warm_job {
     uint64_t bytes_done, bytes_total;
     uint32_t objs_done, objs_total, errors, since_save;
     char     last_error[SHOAL_ERR_MSG_MAX];
+    int      last_code;            /* the last error's code (common/err.h) */
     int64_t  created_ms, finished_ms;
     /* the plan made when it (re)started (plan.c) */
     cache_plan plan;
@@ -116,6 +117,7 @@ static void job_save(struct warm *W, warm_job *j)
     shoal_json_set_int(o, "bytes_total", (int64_t)j->bytes_total);
     shoal_json_set_int(o, "errors", j->errors);
     shoal_json_set_str(o, "last_error", j->last_error);
+    shoal_json_set_int(o, "last_code", j->last_code);
     shoal_json_set_int(o, "created_ms", j->created_ms);
     shoal_json_set_int(o, "finished_ms", j->finished_ms);
     for (size_t i = 0; j->selection == 4 && i < 2 * j->npairs; i++)
@@ -200,7 +202,9 @@ static int job_plan(struct warm *W, warm_job *j, shoal_err *err)
 
 static void job_finish(struct warm *W, warm_job *j)
 {
-    j->state = j->errors && j->objs_done == 0 && j->nitems ? JOB_FAILED : JOB_DONE;
+    /* Done means every object asked for is cached; any error is a failed
+     * job (its last error and code say why), whatever else it cached. */
+    j->state = j->errors ? JOB_FAILED : JOB_DONE;
     j->finished_ms = shoal_wall_ms();
     LOG_INFO("warm", "job %llu %s: %u of %u objects, %llu bytes, %u errors",
              (unsigned long long)j->id, j->state == JOB_DONE ? "done" : "failed", j->objs_done,
@@ -229,6 +233,11 @@ static void job_pump(struct warm *W, warm_job *j)
             j->bytes_done += o->key.length;
             continue;
         }
+        if (peer_has(j->m, o)) {   /* read in place from the HF cache: nothing to copy */
+            j->objs_done++;
+            j->bytes_done += o->key.length;
+            continue;
+        }
         while (j->busy[s])
             s++;
         memset(&j->w[s], 0, sizeof j->w[s]);
@@ -240,6 +249,7 @@ static void job_pump(struct warm *W, warm_job *j)
             j->busy[s] = 0;
             j->inflight--;
             j->errors++;
+            j->last_code = err.code ? err.code : SHOAL_EINTERNAL;
             snprintf(j->last_error, sizeof j->last_error, "%s", err.msg);
         }
     }
@@ -260,6 +270,7 @@ void warm_waiter_done(warm_job *j, waiter *w, int rc, const char *msg, uint64_t 
         j->bytes_done += bytes;
     } else {
         j->errors++;
+        j->last_code = rc;
         snprintf(j->last_error, sizeof j->last_error, "%s", msg ? msg : shoal_strerror(rc));
     }
     job_pump(j->W, j);
@@ -271,6 +282,7 @@ static void job_retry_later(struct warm *W, warm_job *j, const shoal_err *err)
 {
     struct timeval tv = { WARM_RETRY_SECS, 0 };
     snprintf(j->last_error, sizeof j->last_error, "%s", err->msg);
+    j->last_code = err->code;
     LOG_WARN("warm", "job %llu: cannot open %s (retrying in %d s): %s",
              (unsigned long long)j->id, j->spec, WARM_RETRY_SECS, err->msg);
     event_add(W->ev_retry, &tv);
@@ -464,7 +476,7 @@ int warm_start(struct warm *W, model *m, int selection, int flags, uint32_t a, u
 
 int warm_status(struct warm *W, uint64_t id, uint8_t *state, uint64_t *bytes_done,
                 uint64_t *bytes_total, uint32_t *objs_done, uint32_t *objs_total,
-                uint32_t *errors, char *last_error, size_t cap)
+                uint32_t *errors, int *last_code, char *last_error, size_t cap)
 {
     for (warm_job *j = W->jobs; j; j = j->next) {
         if (j->id != id)
@@ -475,6 +487,7 @@ int warm_status(struct warm *W, uint64_t id, uint8_t *state, uint64_t *bytes_don
         *objs_done = j->objs_done;
         *objs_total = j->objs_total;
         *errors = j->errors;
+        *last_code = j->last_code;
         snprintf(last_error, cap, "%s", j->last_error);
         return 0;
     }
@@ -520,6 +533,7 @@ static void job_load(struct warm *W, const char *path)
     GETI("bytes_done", j->bytes_done);
     GETI("bytes_total", j->bytes_total);
     GETI("errors", j->errors);
+    GETI("last_code", j->last_code);
     GETI("created_ms", j->created_ms);
     GETI("finished_ms", j->finished_ms);
 #undef GETI

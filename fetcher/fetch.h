@@ -79,6 +79,15 @@ typedef struct fetch_options {
                                     writes it all in one transaction: the
                                     cache handle given to open is a worker's
                                     side handle, which only reads */
+    const char *hf_cache;        /* a huggingface_hub cache (common/hfenv.h
+                                    shoal_hf_hub_cache) used as a peer for
+                                    hf:// models: NULL, none */
+    const char *peer_memo;       /* file remembering the HF cache blobs that
+                                    hashed to their etag (NULL: hash at
+                                    every open) */
+    int         offline;         /* 1 (HF_HUB_OFFLINE): never ask the Hub;
+                                    resolve from the cache index only, a
+                                    missing file or object is SHOAL_EOFFLINE */
     const _Atomic int *stop;     /* when *stop becomes nonzero, the blocking
                                     metadata calls (open, manifest build) give
                                     up soon with SHOAL_ECANCELED: a request
@@ -110,6 +119,24 @@ int fetch_upstream_set_cache(fetch_upstream *u, cache *c, shoal_err *err);
 /* The pinned commit ("local-<hex>" for a directory); borrowed. */
 const char *fetch_upstream_commit(const fetch_upstream *u);
 int fetch_upstream_is_local(const fetch_upstream *u);
+/* How the upstream was pinned: FETCH_ONLINE (the Hub answered, or a commit
+ * or a directory needed no request), FETCH_OFFLINE (fetch_options.offline:
+ * from the cache, no request will be made) or FETCH_UNREACHABLE (the Hub
+ * could not be reached or kept failing: the revision is its last known
+ * commit from the cache; transfers are still tried, and fail soon with
+ * SHOAL_EOFFLINE when the Hub stays unreachable).  docs/fetcher.md,
+ * "Offline". */
+enum { FETCH_ONLINE = 0, FETCH_OFFLINE = 1, FETCH_UNREACHABLE = 2 };
+int fetch_upstream_offline(const fetch_upstream *u);
+
+/* The Hugging Face cache as a peer (docs/fetcher.md, "The Hugging Face
+ * cache").  scan: check every file of m against the HF cache's blobs
+ * (hashing a blob not verified before; may take long: run it where a
+ * manifest build runs); returns how many files are served from it.  blob:
+ * 0 and the path of the verified blob holding path's bytes, read in place;
+ * -1 when the file is not in the HF cache (or not verified). */
+int fetch_upstream_peer_scan(fetch_upstream *u, const manifest *m);
+int fetch_upstream_peer_blob(const fetch_upstream *u, const char *path, char *out, size_t cap);
 
 /* Counters of what the upstream did (both the blocking metadata calls
  * and the sessions' transfers). */
@@ -124,6 +151,7 @@ typedef struct fetch_stats {
     uint64_t retries;            /* requests repeated after a failure */
     uint64_t refused;            /* answers refused by the 206 check */
     uint64_t resumed;            /* retries that continued mid-object */
+    uint64_t peer_hashed;        /* bytes of HF cache blobs hashed */
 } fetch_stats;
 
 void fetch_upstream_stats(const fetch_upstream *u, fetch_stats *out);

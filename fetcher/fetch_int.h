@@ -20,6 +20,8 @@ typedef struct up_file {
     hub_file hf;                /* etag, size, location (Hub) */
     int64_t  expires_ms;        /* of hf.location; 0: unknown / never */
     int      unrecorded;        /* resolved while records were deferred */
+    int      peer;              /* HF cache blob: 0 unknown, 1 verified, -1 no */
+    char    *peer_blob;         /* its path when verified */
 } up_file;
 
 struct fetch_upstream {
@@ -28,6 +30,8 @@ struct fetch_upstream {
     char        *token_line;    /* "Authorization: Bearer ..." or NULL */
     int          local;
     char        *dir;           /* local: the directory (real path) */
+    char         ident[33];     /* local: hash of its files' names, sizes,
+                                   mtimes (keys the manifest with commit) */
     hub_spec     spec;          /* Hub: repo and the revision asked for */
     char         commit[HUB_REV_MAX];
     hub_client  *hc;            /* Hub: blocking metadata calls */
@@ -40,6 +44,8 @@ struct fetch_upstream {
      * reads headers on several threads (each with its own hub_client). */
     pthread_mutex_t mu;
     int          deferring;     /* o.defer_records, until set_cache */
+    int          offline;       /* FETCH_ONLINE / OFFLINE / UNREACHABLE */
+    char        *peer;          /* HF cache's models--org--name, or NULL */
 };
 
 /* A Hub client like u->hc, for a thread of its own.  Caller frees. */
@@ -82,6 +88,23 @@ int up_read(fetch_upstream *u, const char *path, uint64_t off, size_t len, void 
  * plus up to 25% jitter; a server hint (seconds, >= 0) wins, capped by
  * max_wait_s. */
 long up_backoff_ms(fetch_upstream *u, int attempt, long hint_s);
+
+/* 1 when the file at full hashes to hex (hl 64: sha256; 40: git blob
+ * sha1 of its size bytes), 0 when not, a negative code if unreadable. */
+int up_hash_matches(const char *full, const char *hex, size_t hl, uint64_t size);
+
+/* The Hugging Face cache as a peer (peer.c).  find: set u->peer when the
+ * HF cache holds the repo.  commit: the revision's commit from its refs/
+ * (0, or a code).  check: 1 when f's blob (by f->hf.etag) is verified
+ * (hashed now or remembered), else 0; caches the answer in f.  resolve:
+ * f's etag and size from the snapshot symlink at u->commit, verified; 0 or
+ * -1.  read: pread from the verified blob. */
+void up_peer_find(fetch_upstream *u);
+int  up_peer_commit(fetch_upstream *u, shoal_err *err);
+int  up_peer_check(fetch_upstream *u, up_file *f);
+int  up_peer_resolve(fetch_upstream *u, up_file *f);
+int  up_peer_read(fetch_upstream *u, up_file *f, uint64_t off, size_t len, void *buf,
+                  shoal_err *err);
 
 /* Path of a file inside the local directory into out.  0 or ETOOBIG. */
 /* The endpoint that names the model in the cache and the manifest: the

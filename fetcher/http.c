@@ -200,6 +200,12 @@ int http_status_retryable(long st)
     return st == 408 || st == 429 || (st >= 500 && st <= 599);
 }
 
+int http_curl_unreachable(CURLcode cc)
+{
+    return cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST
+           || cc == CURLE_COULDNT_RESOLVE_PROXY;
+}
+
 int http_curl_code_map(CURLcode cc)
 {
     switch (cc) {

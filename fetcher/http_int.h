@@ -69,6 +69,12 @@ int http_status_retryable(long status);
 
 /* CURLcode -> SHOAL_E*. */
 int http_curl_code_map(CURLcode cc);
+/* 1 for the failures that say the host cannot be reached at all (refused,
+ * no such host): the caller gives up soon with SHOAL_EOFFLINE instead of
+ * retrying for a minute (docs/fetcher.md, "Offline"). */
+int http_curl_unreachable(CURLcode cc);
+/* Attempts at an unreachable host before SHOAL_EOFFLINE. */
+#define HTTP_UNREACHABLE_ATTEMPTS 2
 
 /* "shoal/<version>; libcurl/<version>" into out. */
 void http_user_agent(char *out, size_t cap);

@@ -327,7 +327,7 @@ static int hub_perform(hub_client *c, const char *what, const char *url, shoal_e
     c->last_status = (int)status;
     c->retry_after = http_wait_hint(&c->hdr);
     if (cc != CURLE_OK) {
-        int code = http_curl_code_map(cc);
+        int code = http_curl_unreachable(cc) ? SHOAL_EOFFLINE : http_curl_code_map(cc);
         if (c->stopped)
             return shoal_err_set(err, SHOAL_ECANCELED, "%s %s: stopped", what, url);
         if (c->stalled)

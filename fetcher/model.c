@@ -563,6 +563,8 @@ static int build(fetch_upstream *u, const fetch_build_opts *o, int keep, manifes
         int r2 = up_stat(u, optional_files[i], etag, sizeof etag, &size, &e2);
         if (r2 == 0)
             rc = manifest_file_add(b.m, optional_files[i], etag, size, NULL, err);
+        else if (r2 == SHOAL_EOFFLINE)   /* offline and not in any cache: as if absent */
+            LOG_INFO("fetch", "%s: left out (%s)", optional_files[i], e2.msg);
         else if (r2 != SHOAL_ENOTFOUND)
             rc = shoal_err_set(err, r2, "%s", e2.msg);
         phase(&b, "index", 3 + i, INDEX_STEPS);
@@ -609,7 +611,8 @@ static int build(fetch_upstream *u, const fetch_build_opts *o, int keep, manifes
 static void manifest_key_etag(const fetch_upstream *u, char *out, size_t cap)
 {
     char id[2 * HUB_URL_MAX];
-    int n = snprintf(id, sizeof id, "%s|%s", u->endpoint, u->spec.repo);
+    int n = u->local ? snprintf(id, sizeof id, "%s|%s|%s", u->endpoint, u->spec.repo, u->ident)
+                     : snprintf(id, sizeof id, "%s|%s", u->endpoint, u->spec.repo);
     snprintf(out, cap, "manifest-v%d:%.200s:%016llx", MANIFEST_VERSION, u->commit,
              (unsigned long long)XXH64(id, (size_t)(n > 0 ? n : 0), 0));
 }
@@ -739,7 +742,8 @@ static int keep_build(fetch_upstream *u, const manifest *m, const builder *b, fe
     }
     for (size_t i = 0; rc == 0 && i < b->nshards; i++) {
         shard *sh = &b->shards[i];
-        if (!sh->head)
+        const up_file *uf = up_file_get(u, sh->path);
+        if (!sh->head || (uf && uf->peer > 0))   /* the HF cache holds it: no copy */
             continue;
         rc = keep_add(k, sh->etag, 0, sh->head_len, CACHE_KIND_SMALL, sh->path, sh->head, 0);
         sh->head = NULL;

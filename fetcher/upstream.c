@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
 #include <xxhash.h>
 
 #include "common/log.h"
@@ -137,7 +138,15 @@ static void sleep_ms(const fetch_upstream *u, long ms)
 
 static int transient(int rc)
 {
-    return rc == SHOAL_EBUSY || rc == SHOAL_ENET || rc == SHOAL_ETIMEOUT;
+    return rc == SHOAL_EBUSY || rc == SHOAL_ENET || rc == SHOAL_ETIMEOUT || rc == SHOAL_EOFFLINE;
+}
+
+/* Give up now?  An unreachable host (EOFFLINE) after
+ * HTTP_UNREACHABLE_ATTEMPTS, anything else after max_attempts. */
+static int give_up(const fetch_upstream *u, int rc, int attempt)
+{
+    return !transient(rc) || attempt >= (rc == SHOAL_EOFFLINE ? HTTP_UNREACHABLE_ATTEMPTS
+                                                               : u->o.max_attempts);
 }
 
 /* The cache's record of f's resolution. */
@@ -187,8 +196,11 @@ static int resolve_from_cache(fetch_upstream *u, up_file *f)
     pthread_mutex_unlock(&u->mu);
     if (rc)
         return -1;
-    if (!cf.location[0] || (cf.location_expires_ms != 0
-                            && cf.location_expires_ms < shoal_wall_ms() + UP_EXPIRY_MARGIN_MS))
+    /* Offline the etag and size are what matter (the manifest); a transfer
+     * is not made (FETCH_OFFLINE) or finds the CDN unreachable too. */
+    if (!u->offline && (!cf.location[0]
+                        || (cf.location_expires_ms != 0
+                            && cf.location_expires_ms < shoal_wall_ms() + UP_EXPIRY_MARGIN_MS)))
         return -1;
     memset(&hf, 0, sizeof hf);
     if (copy_str(hf.commit, sizeof hf.commit, u->commit)
@@ -215,7 +227,7 @@ static int resolve_head(fetch_upstream *u, hub_client *hc, const char *revision,
         st_inc(u, &u->st.requests);
         st_inc(u, &u->st.resolves);
         rc = hub_file_resolve(hc, &sp, path, hf, err);
-        if (rc == 0 || !transient(rc) || attempt >= u->o.max_attempts)
+        if (rc == 0 || give_up(u, rc, attempt))
             break;
         st_inc(u, &u->st.retries);
         LOG_INFO("fetch", "resolve %s: %s; retrying", path, err ? err->msg : shoal_strerror(rc));
@@ -223,7 +235,10 @@ static int resolve_head(fetch_upstream *u, hub_client *hc, const char *revision,
         if (stopped(u))
             return shoal_err_set(err, SHOAL_ECANCELED, "resolve %s: stopped", path);
     }
-    if (rc && transient(rc))
+    if (rc == SHOAL_EOFFLINE)
+        shoal_err_wrap(err, rc, "the Hub cannot be reached (tried %d times)",
+                       HTTP_UNREACHABLE_ATTEMPTS);
+    else if (rc && transient(rc))
         shoal_err_wrap(err, rc, "giving up after %d attempts (too many failures)",
                        u->o.max_attempts);
     return rc;
@@ -257,7 +272,15 @@ static int resolve_on(fetch_upstream *u, hub_client *hc, const char *path, int f
         return 0;
     if (!force && !f->ready && resolve_from_cache(u, f) == 0)
         return 0;
+    if (u->offline && up_peer_resolve(u, f) == 0)
+        return 0;
+    if (u->offline == FETCH_OFFLINE)
+        return shoal_err_set(err, SHOAL_EOFFLINE, "%s of %s at commit %.12s is not in the cache "
+                             "and HF_HUB_OFFLINE is set: unset it to fetch it", path,
+                             u->spec.repo, u->commit);
     rc = resolve_head(u, hc, u->commit, path, &hf, err);
+    if (rc == SHOAL_EOFFLINE && up_peer_resolve(u, f) == 0)
+        return 0;
     if (rc)
         return rc;
     if (strcmp(hf.commit, u->commit) != 0)
@@ -302,10 +325,61 @@ static int is_hex(const char *s, size_t n)
     return 1;
 }
 
-/* A local file's etag: the blob name a Hugging Face cache symlink points
- * to (sha256 or git sha1, the Hub's own etag), else a hash of where the
- * file is and its size, mtime and inode (hashing the content of a 1.6 TB
- * snapshot is not an option; a rewritten file gets a new etag). */
+/* 1 when the file at full hashes to hex (64: sha256 of the bytes, 40: the
+ * git blob sha1 over "blob <size>\0" and the bytes), 0 when it does not, a
+ * negative code when it cannot be read. */
+int up_hash_matches(const char *full, const char *hex, size_t hl, uint64_t size)
+{
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    unsigned char dig[EVP_MAX_MD_SIZE];
+    char got[2 * EVP_MAX_MD_SIZE + 1];
+    unsigned int dn = 0;
+    size_t bufsz = 1u << 20;
+    uint8_t *buf = malloc(bufsz);
+    uint64_t off = 0;
+    int fd = open(full, O_RDONLY | O_CLOEXEC), rc = 0;
+
+    if (!md || !buf || fd < 0) {
+        rc = fd < 0 ? SHOAL_EIO : SHOAL_ENOMEM;
+        goto out;
+    }
+    EVP_DigestInit_ex(md, hl == 64 ? EVP_sha256() : EVP_sha1(), NULL);
+    if (hl == 40) {
+        char head[48];
+        int hn = snprintf(head, sizeof head, "blob %" PRIu64, size);
+        EVP_DigestUpdate(md, head, (size_t)hn + 1);
+    }
+    while (off < size) {
+        size_t want = size - off < bufsz ? (size_t)(size - off) : bufsz;
+        if (shoal_pread_all(fd, buf, want, (off_t)off) != 0) {
+            rc = SHOAL_EIO;
+            goto out;
+        }
+        EVP_DigestUpdate(md, buf, want);
+        off += want;
+    }
+    EVP_DigestFinal_ex(md, dig, &dn);
+    for (unsigned i = 0; i < dn; i++)
+        snprintf(got + 2 * i, 3, "%02x", dig[i]);
+    rc = strlen(got) == hl && memcmp(got, hex, hl) == 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    EVP_MD_CTX_free(md);
+    return rc;
+}
+
+/* A local file's etag.  When it is a Hugging Face cache symlink whose blob
+ * is named by a sha256 or git sha1 (the Hub's own etag), that name, but
+ * only once the bytes were hashed and match it: the etag is a cache key
+ * shared with the Hub model of the same name, and a blob holding other
+ * bytes under a real name must not become those objects (docs/fetcher.md,
+ * "Local snapshots").  Else a hash of where the file is and its size,
+ * mtime and inode (a rewritten file gets a new etag), which no Hub model
+ * shares.  The hash runs once per manifest build: a built manifest is
+ * kept under the directory's identity (u->ident), which changes with any
+ * file's size, mtime or inode. */
 static int local_stat(fetch_upstream *u, const char *path, char *etag, size_t cap, uint64_t *size,
                       shoal_err *err)
 {
@@ -331,8 +405,13 @@ static int local_stat(fetch_upstream *u, const char *path, char *etag, size_t ca
         base = base ? base + 1 : link;
         bl = strlen(base);
         if ((bl == 64 || bl == 40) && is_hex(base, bl) && bl < cap) {
-            memcpy(etag, base, bl + 1);
-            return 0;
+            int m = up_hash_matches(full, base, bl, *size);
+            if (m == 1) {
+                memcpy(etag, base, bl + 1);
+                return 0;
+            }
+            LOG_WARN("fetch", "%s: its blob %s does not hash to its name%s; keyed as a local "
+                     "file, shared with no Hub model", full, base, m < 0 ? " (unreadable)" : "");
         }
     }
     if (!realpath(full, rp))
@@ -411,6 +490,8 @@ int up_read_on(fetch_upstream *u, hub_client *hc, const char *path, uint64_t off
     rc = resolve_on(u, hc, path, 0, &f, err);
     if (rc)
         return rc;
+    if (up_peer_check(u, f))   /* the HF cache's verified blob, in place */
+        return up_peer_read(u, f, off, len, buf, err);
     for (int attempt = 1;; attempt++) {
         st_inc(u, &u->st.requests);
         rc = hub_range_read(hc, &f->hf, off, off + len - 1, buf, err);
@@ -426,6 +507,10 @@ int up_read_on(fetch_upstream *u, hub_client *hc, const char *path, uint64_t off
         }
         if (!(transient(rc) || rc == SHOAL_EPROTO))
             break;
+        if (rc == SHOAL_EOFFLINE && attempt >= HTTP_UNREACHABLE_ATTEMPTS) {
+            shoal_err_wrap(err, rc, "the upstream cannot be reached");
+            break;
+        }
         if (attempt >= u->o.max_attempts) {
             shoal_err_wrap(err, rc, "giving up after %d attempts (too many failures)", attempt);
             break;
@@ -449,7 +534,8 @@ static int name_cmp(const void *a, const void *b)
 }
 
 /* A directory's identity: a hash over its regular files' names, sizes and
- * mtimes (a snapshot under .../snapshots/<commit> is named by it). */
+ * mtimes (of the blobs the links point to); its commit is "local-<that>",
+ * or <commit> for a snapshot under .../snapshots/<commit>. */
 static int local_commit(fetch_upstream *u, shoal_err *err)
 {
     DIR *d = opendir(u->dir);
@@ -463,12 +549,6 @@ static int local_commit(fetch_upstream *u, shoal_err *err)
 
     base = base ? base + 1 : u->dir;
     snprintf(parent, sizeof parent, "%.*s", (int)(base - u->dir), u->dir);
-    if (strlen(base) == 40 && is_hex(base, 40) && strstr(parent, "/snapshots/")) {
-        snprintf(u->commit, sizeof u->commit, "%s", base);
-        if (d)
-            closedir(d);
-        return 0;
-    }
     if (!d)
         return shoal_err_set(err, SHOAL_ENOTFOUND, "open %s: %s", u->dir, strerror(errno));
     while ((de = readdir(d)) != NULL) {
@@ -507,8 +587,14 @@ static int local_commit(fetch_upstream *u, shoal_err *err)
         }
         {
             XXH128_hash_t v = XXH3_128bits_digest(h);
-            snprintf(u->commit, sizeof u->commit, "local-%016llx%016llx",
+            snprintf(u->ident, sizeof u->ident, "%016llx%016llx",
                      (unsigned long long)v.high64, (unsigned long long)v.low64);
+            /* A snapshot under .../snapshots/<commit> is named by it; its
+             * identity still keys the manifest (a changed blob rebuilds). */
+            if (strlen(base) == 40 && is_hex(base, 40) && strstr(parent, "/snapshots/"))
+                snprintf(u->commit, sizeof u->commit, "%s", base);
+            else
+                snprintf(u->commit, sizeof u->commit, "local-%s", u->ident);
         }
     } else if (rc == 0) {
         rc = SHOAL_ENOMEM;
@@ -540,6 +626,28 @@ static int open_local(fetch_upstream *u, const char *spec, shoal_err *err)
     return local_commit(u, err);
 }
 
+/* Offline: the revision's last known commit from the cache index. */
+static int pin_from_cache(fetch_upstream *u, const char *why, shoal_err *err)
+{
+    cache_model cm;
+    int rc;
+
+    if (!u->c)
+        return shoal_err_set(err, SHOAL_EOFFLINE, "%s (offline: %s) and no cache to resolve "
+                             "%s from", u->o.model, why, u->spec.revision);
+    pthread_mutex_lock(&u->mu);
+    rc = cache_model_get(u->c, u->endpoint, u->spec.repo, u->spec.revision, &cm, NULL);
+    pthread_mutex_unlock(&u->mu);
+    if (rc)
+        return shoal_err_set(err, SHOAL_EOFFLINE, "%s: offline (%s) and %s@%s was never opened "
+                             "from %s here: nothing cached to resolve it from", u->o.model, why,
+                             u->spec.repo, u->spec.revision, u->endpoint);
+    snprintf(u->commit, sizeof u->commit, "%.*s", (int)sizeof u->commit - 1, cm.commit);
+    LOG_WARN("fetch", "%s: offline (%s); %s resolves to its last known commit %s", u->o.model,
+             why, u->spec.revision, u->commit);
+    return 0;
+}
+
 static int open_hub(fetch_upstream *u, shoal_err *err)
 {
     hub_options ho = { u->endpoint, u->o.token, u->o.connect_timeout_ms, u->o.stall_secs,
@@ -551,13 +659,29 @@ static int open_hub(fetch_upstream *u, shoal_err *err)
     rc = rc ? rc : hub_client_new(&ho, &u->hc, err);
     if (rc)
         return rc;
+    up_peer_find(u);
     if (http_is_commit(u->spec.revision)) {
         snprintf(u->commit, sizeof u->commit, "%s", u->spec.revision);
         return 0;
     }
+    if (u->offline == FETCH_OFFLINE)
+        return pin_from_cache(u, "HF_HUB_OFFLINE is set", err) == 0 || up_peer_commit(u, NULL) == 0
+                   ? 0 : SHOAL_EOFFLINE;
     /* The pin: config.json at the revision names the commit every later
-     * request uses. */
+     * request uses.  A Hub that cannot be reached (or keeps failing) pins
+     * the revision to its last known commit instead. */
     rc = resolve_head(u, u->hc, u->spec.revision, "config.json", &hf, err);
+    if (rc == SHOAL_EOFFLINE || rc == SHOAL_ENET || rc == SHOAL_ETIMEOUT || rc == SHOAL_EBUSY) {
+        shoal_err why = *err;
+        if (pin_from_cache(u, why.msg, err) == 0 || up_peer_commit(u, NULL) == 0) {
+            u->offline = FETCH_UNREACHABLE;
+            return 0;
+        }
+        *err = why;
+        err->code = rc == SHOAL_EBUSY ? rc : SHOAL_EOFFLINE;
+        return shoal_err_wrap(err, err->code, "%s@%s was never opened here (nothing cached "
+                              "resolves it) and", u->spec.repo, u->spec.revision);
+    }
     if (rc)
         return rc;
     snprintf(u->commit, sizeof u->commit, "%s", hf.commit);
@@ -579,6 +703,7 @@ int fetch_upstream_open(const fetch_options *o, cache *c, fetch_upstream **out, 
     u->o = *o;
     u->c = c;
     u->deferring = o->defer_records;
+    u->offline = o->offline ? FETCH_OFFLINE : FETCH_ONLINE;
     pthread_mutex_init(&u->mu, NULL);
     if (u->o.parallel <= 0)
         u->o.parallel = FETCH_DEFAULT_PARALLEL;
@@ -607,6 +732,8 @@ int fetch_upstream_open(const fetch_options *o, cache *c, fetch_upstream **out, 
             snprintf(u->token_line, n, "Authorization: Bearer %s", o->token);
     }
     u->o.model = o->model ? strdup(o->model) : NULL;
+    u->o.hf_cache = dup_or_null(o->hf_cache);
+    u->o.peer_memo = dup_or_null(o->peer_memo);
     if (!u->o.model || (o->token && o->token[0] && (!u->o.token || !u->token_line))) {
         fetch_upstream_free(u);
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
@@ -641,8 +768,12 @@ void fetch_upstream_free(fetch_upstream *u)
     hub_client_free(u->hc);
     for (size_t i = 0; i < u->nfiles; i++) {
         free(u->files[i]->path);
+        free(u->files[i]->peer_blob);
         free(u->files[i]);
     }
+    free(u->peer);
+    free((char *)u->o.hf_cache);
+    free((char *)u->o.peer_memo);
     free(u->files);
     if (u->token_line) {
         memset(u->token_line, 0, strlen(u->token_line));
@@ -698,6 +829,11 @@ const char *fetch_upstream_commit(const fetch_upstream *u)
 int fetch_upstream_is_local(const fetch_upstream *u)
 {
     return u->local;
+}
+
+int fetch_upstream_offline(const fetch_upstream *u)
+{
+    return u->local ? FETCH_ONLINE : u->offline;
 }
 
 void fetch_upstream_stats(const fetch_upstream *u, fetch_stats *out)

@@ -271,6 +271,12 @@ static void resolve_done(resolver *r, CURLcode cc)
     shoal_err e;
 
     curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &status);
+    if (cc != CURLE_OK && http_curl_unreachable(cc) && r->attempts + 1 >= HTTP_UNREACHABLE_ATTEMPTS) {
+        shoal_err_set(&e, SHOAL_EOFFLINE, "resolving %s: the Hub cannot be reached (%s) and "
+                      "it is not in the cache", mf->path, curl_easy_strerror(cc));
+        xf_session_fail(s, e.code, e.msg);
+        return;
+    }
     if (cc != CURLE_OK || http_status_retryable(status)) {
         if (++r->attempts >= s->u->o.max_attempts) {
             shoal_err_set(&e, SHOAL_ENET, "resolving %s: %s; giving up after %d attempts "
@@ -425,6 +431,13 @@ static void xfer_done(xfer *x, CURLcode cc)
         shoal_err e;
         http_status_error(x->status_err, &x->hdr, s->u->endpoint, x->sent_token,
                           s->files[x->file].uf->hf.location, NULL, NULL, NULL, &e);
+        xf_session_fail(s, e.code, e.msg);
+    } else if (cc != CURLE_OK && !x->stalled && http_curl_unreachable(cc)
+               && x->attempts + 1 >= HTTP_UNREACHABLE_ATTEMPTS) {
+        shoal_err e;
+        shoal_err_set(&e, SHOAL_EOFFLINE, "%s bytes %" PRIu64 "-%" PRIu64 ": the upstream "
+                      "cannot be reached (%s) and they are not in the cache",
+                      s->m->files[x->file].path, x->pos, x->last, curl_easy_strerror(cc));
         xf_session_fail(s, e.code, e.msg);
     } else {
         snprintf(why, sizeof why, "%s", x->stalled ? "stalled (no byte for the stall timeout)"

@@ -266,8 +266,11 @@ int spine_stream_seal(spine_stream *s, shoal_err *err)
     }
     if (!s->direct)
         s->rfd = s->fd;
-    else
-        s->slot_layer[0] = s->first;
+    else {
+        s->slot_layer[0] = s->first;      /* that probe read is the first pass's read */
+        s->st.reads++;
+        s->st.bytes += s->layers[s->first].len;
+    }
     s->st.direct = s->direct;
     if (pthread_create(&s->th, NULL, reader_main, s) != 0)
         return shoal_err_set(err, SHOAL_ENOMEM, "streamed spine: cannot start its reader");

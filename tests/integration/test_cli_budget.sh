@@ -4,7 +4,7 @@
 #   settings persist in shoald.conf across restarts and stats shows them;
 #   a bad line and a budget past the disk stop the start with what to do;
 #   `warm --dry-run` prints the plan and fetches nothing; a selection that
-#   does not fit is refused (exit 1, nothing fetched); --fit warms what
+#   does not fit is refused (exit 8, no space; nothing fetched); --fit warms what
 #   fits, hottest experts first; a plan that needs room says what it
 #   evicts; a budget smaller than the spine is a clear error; once the
 #   engine stored its int8 pack the BF16 matrices it replaces are
@@ -64,10 +64,10 @@ S stats --json > "$T/s1.json"
 USED=$(js "$T/s1.json" 'j["disk"]["used"]')
 N0=$(fetched)
 S warm $M --experts all --dry-run > "$T/d1.out" 2> "$T/d1.err"; rc=$?
-[ $rc = 1 ] && grep -q 'refused: the selection does not fit the budget' "$T/d1.err" && grep -q -- '--fit' "$T/d1.err" \
+[ $rc = 8 ] && grep -q 'refused: the selection does not fit the budget' "$T/d1.err" && grep -q -- '--fit' "$T/d1.err" \
     || { cat "$T/d1.out" "$T/d1.err"; fail "experts all in 8 MiB: exit $rc"; }
 S warm $M --experts all > "$T/r1.out" 2>&1; rc=$?
-[ $rc = 1 ] && grep -q 'nothing started' "$T/r1.out" && ! grep -q 'Started' "$T/r1.out" \
+[ $rc = 8 ] && grep -q 'nothing started' "$T/r1.out" && ! grep -q 'Started' "$T/r1.out" \
     || { cat "$T/r1.out"; fail "a selection that does not fit should be refused: exit $rc"; }
 S warm $M --experts all --fit --dry-run > "$T/d2.out" || { cat "$T/d2.out"; fail "--fit --dry-run"; }
 grep -q 'trimmed to the budget' "$T/d2.out" || { cat "$T/d2.out"; fail "the fit plan"; }
@@ -98,7 +98,7 @@ stop_daemon
 # ---- a budget smaller than the spine --------------------------------------------------------
 start_daemon "$T/h2" --max-size 2M
 "$BIN/shoal" --home "$T/h2" warm $M --spine > "$T/sp.out" 2>&1; rc=$?
-[ $rc = 1 ] && grep -q 'the budget 2.00 MiB is smaller than what hf://t/tiny needs pinned' "$T/sp.out" \
+[ $rc = 8 ] && grep -q 'the budget 2.00 MiB is smaller than what hf://t/tiny needs pinned' "$T/sp.out" \
     && grep -q 'raise --max-size to at least' "$T/sp.out" || { cat "$T/sp.out"; fail "spine past the budget: exit $rc"; }
 stop_daemon
 

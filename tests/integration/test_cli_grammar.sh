@@ -40,7 +40,7 @@ for b in $BINS; do
     grep -q '^\.TH ' "$T/man" || fail "$b --help-man is no man page"
     "$BIN/$b" --help-completion > "$T/comp" && bash -n "$T/comp" || fail "$b --help-completion"
 done
-for c in stats ls warm verify gc pin unpin rm heatmap estimate; do
+for c in stats ls warm verify gc pin unpin rm export heatmap estimate; do
     expect 0 "^usage: shoal $c" "shoal $c --help" -- "$BIN/shoal" "$c" --help
     expect 2 "^shoal $c: unrecognized option '--bogus'" "shoal $c --bogus" -- "$BIN/shoal" "$c" --bogus
 done

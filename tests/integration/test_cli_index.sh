@@ -27,7 +27,8 @@ golden() {   # golden NAME: stdin vs golden/NAME (SHOAL_GOLDEN_UPDATE=1 rewrites
 # ---- stats from the index ----------------------------------------------------------
 S stats > "$T/stats.out" || fail "shoal stats exited $?"
 golden cli_stats_index.txt < "$T/stats.out"
-S stats org/tiny --by layer | golden cli_stats_layer.txt
+S stats org/tiny --by layer > "$T/layer.out" || fail "shoal stats --by layer exited $?"
+golden cli_stats_layer.txt < "$T/layer.out"
 S stats --json > "$T/stats.json" || fail "stats --json"
 /usr/bin/python3 - "$T/stats.json" <<'PY' || fail "stats --json figures"
 import json, sys
@@ -57,7 +58,9 @@ S stats org/nothing > "$T/nf.out" 2>&1; rc=$?
 [ $rc = 4 ] && grep -q "no model matching 'org/nothing'" "$T/nf.out" || fail "unknown model: exit $rc, $(cat "$T/nf.out")"
 
 # ---- ls -----------------------------------------------------------------------------
-S ls | golden cli_ls_index.txt
+# (not `S ls | golden`: a failure inside a pipe's subshell fails nothing)
+S ls > "$T/ls.out" || fail "shoal ls exited $?"
+golden cli_ls_index.txt < "$T/ls.out"
 
 # ---- heatmap -------------------------------------------------------------------------
 S heatmap org/tiny -o "$T/h.svg" > /dev/null || fail "heatmap"

@@ -140,9 +140,13 @@ sfirst=$(field "$T/st.json" plan.spine.first_streamed_layer)
 grep -q "^plan: streamed: .* per token from layer $sfirst on" "$T/st.err" || fail "the streamed part is not stated"
 [ "$($PY -c 'import json,sys; print(" ".join(map(str, json.load(open(sys.argv[1]))["tokens"])))' "$T/st.json")" \
   = "$(tail -n 1 "$T/o_int4")" ] || fail "--ram $smid (streamed from layer $sfirst): tokens differ from the resident int4 run"
-# every streamed layer was read each forward pass (6 tokens: 1 prefill chunk + 5 decode steps)
+# every streamed layer was read each forward pass (6 tokens: 1 prefill chunk + 5 decode steps),
+# plus at most one: the read ahead of the next pass's first layer, which may or may not
+# have ended when the stats are taken
 reads=$(sed -n 's/^stats: streamed spine: .*, \([0-9]*\) layer reads.*/\1/p' "$T/st.err")
-[ "$reads" = $(( (8 - sfirst) * 6 )) ] || { cat "$T/st.err"; fail "streamed layer reads: $reads, not $(( (8 - sfirst) * 6 ))"; }
+want=$(( (8 - sfirst) * 6 ))
+[ "$reads" = $want ] || [ "$reads" = $((want + 1)) ] \
+    || { cat "$T/st.err"; fail "streamed layer reads: $reads, not $want (or $((want + 1)) with the next pass's read ahead)"; }
 echo "ok   tiny --spine int4 --ram $smid: layers $sfirst-7 streamed ($reads layer reads), the resident run's tokens"
 # the streamed int8 spine too, against the resident int8 run
 "$E" plan "$M" --states 1 --spine int8 --json > "$T/tiny8.json" || fail "plan tiny --spine int8"

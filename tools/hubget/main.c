@@ -119,6 +119,11 @@ int main(int argc, char **argv)
         return shoal_cli_usage_error(&SPEC, "--range wants A-B or A- with A <= B, got '%s'",
                                      range);
     shoal_hf_env_capture(&hfe);
+    if (shoal_hf_offline(&hfe)) {
+        fprintf(stderr, "hubget: HF_HUB_OFFLINE is set and hubget only asks the Hub: unset it "
+                "to resolve or fetch %s\n", file ? file : "the file");
+        return SHOAL_EXIT_UPSTREAM;
+    }
     if (!endpoint)
         endpoint = hfe.endpoint;
     token = no_token ? NULL : shoal_hf_token(&hfe);

@@ -376,6 +376,7 @@ int main(int argc, char **argv)
     }
     fo.model = a.model;
     fo.endpoint = hfe.endpoint;
+    fo.offline = shoal_hf_offline(&hfe);   /* the cache only: EOFFLINE, exit 7 */
     token = a.no_token ? NULL : shoal_hf_token(&hfe);
     fo.token = token;
     cache_config_default(&cc);

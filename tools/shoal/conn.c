@@ -60,9 +60,15 @@ int cli_exit_for(int rc)
     case 0:                return EXIT_OK_;
     case SHOAL_EINVAL:     return EXIT_USAGE;
     case SHOAL_ENOTFOUND:  return EXIT_NOTFOUND;
-    case SHOAL_ENET:       return EXIT_NODAEMON;
-    case SHOAL_ELOCKED:
-    case SHOAL_EBUSY:      return EXIT_BUSY;
+    /* From a request: the Hub's (a failed cli_connect is EXIT_NODAEMON,
+     * which its callers decide). */
+    case SHOAL_ENET:
+    case SHOAL_ETIMEOUT:
+    case SHOAL_EAUTH:
+    case SHOAL_EBUSY:
+    case SHOAL_EOFFLINE:   return EXIT_UPSTREAM;
+    case SHOAL_ENOSPC:     return EXIT_NOSPACE;
+    case SHOAL_ELOCKED:    return EXIT_BUSY;
     case SHOAL_ECORRUPT:   return EXIT_DAMAGED;
     case SHOAL_ECANCELED:  return EXIT_DETACHED;
     default:               return EXIT_FAIL;

@@ -122,6 +122,58 @@ static int shape_from_dir(const char *dir, model_shape *m, shoal_err *err)
     return k3_config_load(path, &m->cfg, err);
 }
 
+/* The config of a manifest's encoding. */
+static int shape_from_manifest(const uint8_t *p, size_t n, model_shape *m, shoal_err *err)
+{
+    manifest *man = NULL;
+    shoal_json *cfg = NULL;
+    int rc = manifest_decode(p, n, &man, err);
+    if (rc == 0 && !(cfg = shoal_json_parse((const char *)man->config, man->config_len, err)))
+        rc = SHOAL_EFORMAT;
+    if (rc == 0)
+        rc = k3_config_parse(cfg, &m->cfg, err);
+    shoal_json_free(cfg);
+    manifest_free(man);
+    return rc;
+}
+
+/* OPEN through shoald: it reads config.json, the index and the shards'
+ * safetensors headers (K3: ~290 requests, ~60 MB; no weights) and answers
+ * the manifest. */
+static int shape_from_daemon(const shoal_cli *cli, const char *spec, model_shape *m,
+                             int *no_daemon, shoal_err *err)
+{
+    shoal_client *cl = NULL;
+    shoal_model_info mi;
+    shoal_buf b;
+    int rc = cli_connect(cli, &cl, err);
+
+    *no_daemon = rc == SHOAL_ENET;
+    if (rc)
+        return rc;
+    memset(&mi, 0, sizeof mi);
+    mi.manifest_fd = -1;
+    shoal_buf_init(&b, 0);
+    rc = shoal_client_open(cl, spec, &mi, err);
+    if (rc == 0 && (mi.manifest_fd < 0 || mi.manifest_len == 0))
+        rc = shoal_err_set(err, SHOAL_EPROTO, "shoald sent no manifest for %s", spec);
+    if (rc == 0 && (rc = shoal_buf_reserve(&b, (size_t)mi.manifest_len)) == 0) {
+        rc = shoal_pread_all(mi.manifest_fd, b.data, (size_t)mi.manifest_len, 0);
+        if (rc)
+            shoal_err_set(err, rc, "reading the manifest of %s", spec);
+        else
+            b.len = (size_t)mi.manifest_len;
+    }
+    if (mi.manifest_fd >= 0)
+        close(mi.manifest_fd);
+    shoal_client_close(cl);
+    if (rc == 0)
+        rc = shape_from_manifest(b.data, b.len, m, err);
+    m->config_from = "config.json, read by shoald's OPEN (config and headers only)";
+    shoal_buf_free(&b);
+    return rc;
+}
+
 static int shape_from_cache(const shoal_cli *cli, const char *spec, model_shape *m, shoal_err *err)
 {
     cache *c = NULL;
@@ -134,9 +186,22 @@ static int shape_from_cache(const shoal_cli *cli, const char *spec, model_shape 
     if (rc == 0)
         rc = cache_model_manifest(c, spec, &b, err);
     cache_close(c);
+    if (rc == SHOAL_ENOTFOUND && strncmp(spec, "hf://", 5) == 0) {
+        /* Not cached: shoald's OPEN reads only the config and the headers. */
+        int no_daemon = 0;
+        shoal_err_clear(err);
+        rc = shape_from_daemon(cli, spec, m, &no_daemon, err);
+        if (no_daemon)
+            rc = shoal_err_set(err, SHOAL_ENOTFOUND, "the cache holds no manifest of %s and shoald "
+                           "is not running: start it (`shoald --detach`) and run `shoal "
+                           "estimate %s` again; it opens the model, reading config.json and "
+                           "the shard headers only (no weights)", spec, spec);
+        return rc;
+    }
     if (rc == SHOAL_ENOTFOUND)
         shoal_err_wrap(err, rc, "%s is neither a model directory nor a model whose manifest the "
-                       "cache holds (`shoal warm %s --spine` fetches it)", spec, spec);
+                       "cache holds; as hf://org/name with shoald running, `shoal estimate` "
+                       "opens it (config and headers only)", spec);
     if (rc == 0)
         rc = manifest_decode(b.data, b.len, &man, err);
     shoal_buf_free(&b);

@@ -271,8 +271,8 @@ const shoal_cli_spec cmd_rm_spec = {
     .prog = "shoal rm",
     .synopsis = "shoal rm MODEL [--json]",
     .about = "Remove every cached object of MODEL (objects another model also uses stay),\n"
-             "with its records and counters.  shoald must not be running (the protocol has\n"
-             "no remove request): stop it, run `shoal rm`, start it again.",
+             "with its records and counters.  Through shoald when it runs (refused, exit 6,\n"
+             "while an engine or a warm job holds the model); else on the cache itself.",
     .opts = rm_opts,
 };
 
@@ -297,19 +297,23 @@ int cmd_rm(shoal_cli *cli, int argc, char **argv)
         return shoal_cli_usage_error(&cmd_rm_spec, "give one MODEL");
     if ((rc = cli_model_arg(&cmd_rm_spec, argv[p.optind], spec, sizeof spec)) != 0)
         return rc;
-    if (cli_connect(cli, &cl, &err) == 0) {
+    shoal_buf_init(&b, 0);
+    rc = cli_connect(cli, &cl, &err);
+    if (rc == 0) {
+        rc = shoal_client_rm(cl, spec, &b, &err);
         shoal_client_close(cl);
-        fprintf(stderr, "shoal rm: shoald is running on %s; stop it first (the protocol has no "
-                "remove request yet), then run `shoal rm %s` again\n", cli->home, spec);
+    } else if (rc == SHOAL_ENET) {
+        shoal_err_clear(&err);
+        rc = cli_cache_writer(cli, &ca, &err);
+        if (rc == 0)
+            rc = cache_report_rm(ca, spec, &b, &err);
+        cache_close(ca);
+    }
+    rc = cli_json_take(rc, &b, &j, &err);
+    if (rc == SHOAL_EBUSY) {   /* shoald: an engine or a job holds it */
+        fprintf(stderr, "shoal rm: %s\n", err.msg);
         return EXIT_BUSY;
     }
-    shoal_err_clear(&err);
-    shoal_buf_init(&b, 0);
-    rc = cli_cache_writer(cli, &ca, &err);
-    if (rc == 0)
-        rc = cache_report_rm(ca, spec, &b, &err);
-    cache_close(ca);
-    rc = cli_json_take(rc, &b, &j, &err);
     if (rc)
         return cli_fail(rc, &err);
     if (json) {

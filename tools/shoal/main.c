@@ -28,6 +28,7 @@ static const command commands[] = {
     { "pin",      cmd_pin,      &cmd_pin_spec,      "keep a model's objects (or some layers') from eviction" },
     { "unpin",    cmd_unpin,    &cmd_unpin_spec,    "let them be evicted again" },
     { "rm",       cmd_rm,       &cmd_rm_spec,       "remove a model from the cache" },
+    { "export",   cmd_export,   &cmd_export_spec,   "write a model's complete files to a dir or an HF cache" },
     { "heatmap",  cmd_heatmap,  &cmd_heatmap_spec,  "layer x expert request counts as SVG or ASCII" },
     { "estimate", cmd_estimate, &cmd_estimate_spec, "expected seconds per token: streaming, disk, RAM" },
     { "doctor",   cmd_doctor,   &cmd_doctor_spec,   "check the machine, shoald, the upstream and the engine's output" },

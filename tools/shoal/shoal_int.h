@@ -10,6 +10,7 @@
  *   warm.c      shoal warm
  *   verify.c    shoal verify
  *   gc.c        shoal gc, pin, unpin, rm
+ *   export.c    shoal export (--local-dir, --hf-cache)
  *   heatmap.c   shoal heatmap (SVG and --ascii)
  *   estimate.c  shoal estimate (and the disk measurement doctor shares)
  *   doctor.c    shoal doctor
@@ -129,6 +130,7 @@ int cmd_gc(shoal_cli *cli, int argc, char **argv);
 int cmd_pin(shoal_cli *cli, int argc, char **argv);
 int cmd_unpin(shoal_cli *cli, int argc, char **argv);
 int cmd_rm(shoal_cli *cli, int argc, char **argv);
+int cmd_export(shoal_cli *cli, int argc, char **argv);
 int cmd_heatmap(shoal_cli *cli, int argc, char **argv);
 int cmd_estimate(shoal_cli *cli, int argc, char **argv);
 int cmd_doctor(shoal_cli *cli, int argc, char **argv);
@@ -148,6 +150,6 @@ int cli_model_arg(const shoal_cli_spec *spec, const char *arg, char *out, size_t
  * and completion: main.c lists them). */
 extern const shoal_cli_spec cmd_stats_spec, cmd_ls_spec, cmd_warm_spec, cmd_verify_spec,
     cmd_gc_spec, cmd_pin_spec, cmd_unpin_spec, cmd_rm_spec, cmd_heatmap_spec, cmd_estimate_spec,
-    cmd_doctor_spec;
+    cmd_doctor_spec, cmd_export_spec;
 
 #endif

@@ -43,8 +43,11 @@ const shoal_cli_spec cmd_warm_spec = {
              "what engines ask for.  Without --spine or --experts: everything.  Each job is\n"
              "planned against the budget first and the plan printed: what is cached, what it\n"
              "fetches, what would not fit, what it evicts.  A selection that does not fit is\n"
-             "refused (nothing fetched) unless --fit.  Needs shoald (exit 3 when it is not\n"
-             "running).",
+             "refused (nothing fetched, exit 8) unless --fit.  --wait exits 0 only when every\n"
+             "object is cached; a job with errors exits with its last error's code (7 the\n"
+             "Hub or offline, 8 no space, 1 other) and prints it.  --job ID alone prints the\n"
+             "job's state or how it ended (and exits so).  Needs shoald (exit 3 when it is\n"
+             "not running).",
     .opts = warm_opts,
 };
 
@@ -82,6 +85,30 @@ typedef struct follow {
     int      njobs;
 } follow;
 
+/* The exit code of a finished job: 0 when done without an error, else by
+ * its last error's code (7 upstream, 8 no space, 4 not found, else 1). */
+static int job_exit(const shoal_job_status *st)
+{
+    int rc;
+    if (st->state == 2 && st->errors == 0)
+        return EXIT_OK_;
+    rc = st->last_code ? cli_exit_for(st->last_code) : EXIT_FAIL;
+    return rc == EXIT_OK_ || rc == EXIT_USAGE || rc == EXIT_DETACHED ? EXIT_FAIL : rc;
+}
+
+/* One line of a job's outcome (or state), and the last error if any. */
+static void job_print(FILE *out, uint64_t id, const shoal_job_status *st)
+{
+    char a[FMT_MAX], b[FMT_MAX];
+    fprintf(out, "Job %llu: %s, %u of %u objects (%s of %s), %u errors\n",
+            (unsigned long long)id, state_names[st->state < 5 ? st->state : 3],
+            st->objects_done, st->objects_total, fmt_size(st->bytes_done, a),
+            fmt_size(st->bytes_total, b), st->errors);
+    if (st->last_error[0])
+        fprintf(out, "  last error (%s): %s\n", shoal_err_name(st->last_code),
+                st->last_error);
+}
+
 static int follow_jobs(const shoal_cli *cli, shoal_client *cl, follow *f)
 {
     shoal_err err = { 0, "" };
@@ -117,13 +144,19 @@ static int follow_jobs(const shoal_cli *cli, shoal_client *cl, follow *f)
         shoal_meter_update(&meter, NULL, done, total, extra);
         if (finished) {
             shoal_meter_end(&meter, extra);
-            if (failed >= 0) {
-                fprintf(stderr, "shoal warm: job %llu %s: %s\n", (unsigned long long)f->jobs[failed],
-                        state_names[st[failed].state < 5 ? st[failed].state : 3],
+            if (failed >= 0 || errors) {
+                /* The last job that did not end clean names the outcome. */
+                for (int i = 0; i < f->njobs; i++)
+                    if (job_exit(&st[i]) != EXIT_OK_)
+                        failed = i;
+                for (int i = 0; i < f->njobs; i++)
+                    job_print(stderr, f->jobs[i], &st[i]);
+                fprintf(stderr, "shoal warm: failed: %u of %u objects cached, %u errors; last "
+                        "error: %s\n", od, ot, errors,
                         st[failed].last_error[0] ? st[failed].last_error : "no detail");
-                return EXIT_FAIL;
+                return job_exit(&st[failed]);
             }
-            printf("Warm complete: %u objects, %u errors\n", od, errors);
+            printf("Warm complete: %u objects, 0 errors\n", od);
             return EXIT_OK_;
         }
         if (interrupted)
@@ -155,7 +188,7 @@ static void plan_line(const char *label, const shoal_json *p, const char *key, c
 }
 
 /* Print the plan ("shoal.warm.plan"); 0 when it may start, else the exit
- * code of its refusal (the message on stderr). */
+ * code of its refusal (the message on stderr): 8, it does not fit. */
 static int plan_print(const shoal_json *p, const char *what)
 {
     char a[FMT_MAX], b[FMT_MAX], c[FMT_MAX], d[FMT_MAX], note[160];
@@ -163,6 +196,12 @@ static int plan_print(const shoal_json *p, const char *what)
 
     printf("Plan: %s, %s%s\n", jstr(p, "model", "?"), what,
            strcmp(action, "trim") == 0 ? " (trimmed to the budget: --fit)" : "");
+    if (strcmp(jstr(p, "upstream", "online"), "offline") == 0)
+        printf("  offline (HF_HUB_OFFLINE): commit %.12s, the last known; only what the cache "
+               "holds can be warmed\n", jstr(p, "commit", "?"));
+    else if (strcmp(jstr(p, "upstream", "online"), "unreachable") == 0)
+        printf("  the Hub did not answer: commit %.12s is the revision's last known; what is "
+               "not cached fails until it is back\n", jstr(p, "commit", "?"));
     plan_line("selected", p, "selected", "");
     plan_line("already cached", p, "cached", "  (kept)");
     plan_line("to fetch", p, "fetch", "");
@@ -181,7 +220,7 @@ static int plan_print(const shoal_json *p, const char *what)
     fflush(stdout);
     if (strcmp(action, "refuse") == 0) {
         fprintf(stderr, "shoal warm: refused: %s\n", jstr(p, "message", ""));
-        return EXIT_FAIL;
+        return EXIT_NOSPACE;
     }
     return EXIT_OK_;
 }
@@ -215,6 +254,14 @@ static int warm_selections(shoal_client *cl, uint32_t handle, const int *sel, co
         if ((r = cli_json_take(r, &out, &p, &err)) != 0)
             return cli_fail(r, &err);
         rc = plan_print(p, what);
+        if (rc == EXIT_OK_ && (sel[i] & SHOAL_WARM_SEL_MASK) == SHOAL_WARM_TOP
+            && jint(p, "selected.objects", 0) == 0) {
+            fprintf(stderr, "shoal warm: --experts top:%u selects nothing: no expert of this "
+                    "model has been asked for yet (top:N ranks experts by the requests the "
+                    "cache counted).  Run the engine on it first, or warm --experts all or "
+                    "layers:A-B\n", a[i]);
+            rc = EXIT_FAIL;
+        }
         shoal_json_free(p);
         /* started before the next plan, which then counts what it holds */
         if (rc == EXIT_OK_ && !dry) {
@@ -269,11 +316,11 @@ int cmd_warm(shoal_cli *cli, int argc, char **argv)
         return rc;
     memset(&f, 0, sizeof f);
     if ((rc = cli_connect(cli, &cl, &err)) != 0) {
-        if (rc == SHOAL_ENET)
+        if (rc == SHOAL_ENET) {
             fprintf(stderr, "shoal warm needs shoald: %s\n", err.msg);
-        else
-            cli_fail(rc, &err);
-        return cli_exit_for(rc);
+            return EXIT_NODAEMON;
+        }
+        return cli_fail(rc, &err);
     }
     if (job) {
         f.jobs[f.njobs++] = job;
@@ -323,6 +370,18 @@ int cmd_warm(shoal_cli *cli, int argc, char **argv)
         fflush(stdout);
     }
     rc = EXIT_OK_;
+    if (job && !wait) {
+        /* --job N alone: its state now, or how it ended. */
+        shoal_job_status st;
+        memset(&st, 0, sizeof st);
+        if ((rc = shoal_client_job(cl, job, &st, &err)) != 0) {
+            shoal_client_close(cl);
+            return cli_fail(rc, &err);
+        }
+        job_print(stdout, job, &st);
+        shoal_client_close(cl);
+        return st.state >= 2 ? job_exit(&st) : EXIT_OK_;
+    }
     if (wait)
         rc = follow_jobs(cli, cl, &f);
     else if (f.njobs)

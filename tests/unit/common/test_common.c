@@ -292,6 +292,37 @@ static void test_files(void **state)
     unlink(path);
 }
 
+/* HF_HUB_OFFLINE's true values, and the huggingface_hub cache's lookup
+ * order (HF_HUB_CACHE, HF_HOME/hub, XDG_CACHE_HOME/huggingface/hub, HOME). */
+static void test_hf_offline_and_cache(void **state)
+{
+    shoal_hf_env env = { 0 };
+    char p[256];
+    (void)state;
+    assert_int_equal(shoal_hf_offline(&env), 0);
+    const char *yes[] = { "1", "true", "YES", "on" }, *no[] = { "0", "false", "", "2" };
+    for (int i = 0; i < 4; i++) {
+        env.offline = yes[i];
+        assert_int_equal(shoal_hf_offline(&env), 1);
+        env.offline = no[i];
+        assert_int_equal(shoal_hf_offline(&env), 0);
+    }
+    assert_int_equal(shoal_hf_hub_cache(&env, p, sizeof p), -1);
+    env.home = "/h";
+    assert_int_equal(shoal_hf_hub_cache(&env, p, sizeof p), 0);
+    assert_string_equal(p, "/h/.cache/huggingface/hub");
+    env.xdg_cache_home = "/x";
+    assert_int_equal(shoal_hf_hub_cache(&env, p, sizeof p), 0);
+    assert_string_equal(p, "/x/huggingface/hub");
+    env.hf_home = "/hf";
+    assert_int_equal(shoal_hf_hub_cache(&env, p, sizeof p), 0);
+    assert_string_equal(p, "/hf/hub");
+    env.hub_cache = "/c";
+    assert_int_equal(shoal_hf_hub_cache(&env, p, sizeof p), 0);
+    assert_string_equal(p, "/c");
+    assert_int_equal(shoal_hf_hub_cache(&env, p, 2), -1);
+}
+
 static void test_hf_token(void **state)
 {
     char dir[] = "/tmp/shoal-hf-XXXXXX", path[64];
@@ -350,6 +381,7 @@ int main(void)
         cmocka_unit_test(test_size_parse_format),
         cmocka_unit_test(test_log_to_file),
         cmocka_unit_test(test_files),
+        cmocka_unit_test(test_hf_offline_and_cache),
         cmocka_unit_test(test_hf_token),
         cmocka_unit_test(test_utf8),
     };
