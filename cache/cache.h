@@ -478,6 +478,10 @@ void cache_stats_since_open(const cache *c, int tier, cache_counts *out);
 
 /* Nonzero when enough events or time have gathered for a flush. */
 int cache_flush_due(const cache *c);
+/* A daemon's cache (budget_fits_disk): recompute the budget from the free
+ * disk space now (the default share, or --max-size cut to what the disk
+ * can give); the next write evicts down to it.  Cheap (one statvfs). */
+int cache_budget_refresh(cache *c, shoal_err *err);
 
 /* Write pending counters and access times in one transaction.  The daemon
  * calls it from a timer; commits and close also flush when due. */

@@ -123,6 +123,9 @@ struct cache {
     cmap      by_key, by_id;
     uint64_t  next_id;
     uint64_t  budget, used, reserved;
+    uint64_t  used_disk;      /* sum of objs[].len rounded up to blksize: what the
+                                 budget is charged (disk blocks, not bytes) */
+    uint64_t  blksize;        /* the filesystem's block (statvfs f_bsize) */
     uint64_t  evicted, evicted_bytes;
     uint64_t *dirty;          /* ids whose access stats wait for a flush */
     size_t    ndirty, capdirty;
@@ -193,6 +196,8 @@ void cache_writers_abort_all(cache *c);
 int cache_objs_delete(cache *c, const uint64_t *ids, size_t n, shoal_err *err);
 
 /* ---- evict.c ---- */
+/* len as the budget charges it: rounded up to the filesystem's block. */
+uint64_t cache_disk_len(const cache *c, uint64_t len);
 /* Make room for `need` more bytes (used + reserved + need <= budget),
  * evicting the least valuable unpinned objects.  SHOAL_ENOSPC and nothing
  * changed if it cannot fit. */

@@ -94,12 +94,16 @@ static int evict_candidates(const cache *c, const uint8_t *skip, cand *cs, size_
 
 int cache_evict_for(cache *c, uint64_t need, shoal_err *err)
 {
-    uint64_t have = c->used + c->reserved, over, unpinned = 0, target, freed = 0;
+    /* charged in disk blocks (used_disk), not bytes: a budget near the
+     * disk's size must not run into ENOSPC through block rounding */
+    uint64_t have = c->used_disk + c->reserved, over, unpinned = 0, target, freed = 0;
+    uint64_t freed_len = 0;
     size_t ncand = 0, nvict = 0;
     cand *cs = NULL;
     uint64_t *ids = NULL;
     int rc;
 
+    need = cache_disk_len(c, need);
     if (need > c->budget)
         return shoal_err_set(err, SHOAL_ENOSPC, "cache budget is %" PRIu64 " bytes; an object of %"
                              PRIu64 " bytes cannot fit (raise the budget)", c->budget, need);
@@ -108,7 +112,7 @@ int cache_evict_for(cache *c, uint64_t need, shoal_err *err)
     over = have + need - c->budget;
     for (size_t i = 0; i < c->nobjs; i++)
         if (!cache_obj_pinned(c, &c->objs[i]))
-            unpinned += c->objs[i].len;
+            unpinned += cache_disk_len(c, c->objs[i].len);
     if (unpinned < over)
         return shoal_err_set(err, SHOAL_ENOSPC, "cache budget %" PRIu64 " bytes is full: %" PRIu64
                              " used, %" PRIu64 " being written, only %" PRIu64 " evictable; "
@@ -130,16 +134,17 @@ int cache_evict_for(cache *c, uint64_t need, shoal_err *err)
         /* Invariant 5: never a pinned object. */
         assert(!cache_obj_pinned(c, &c->objs[cache_obj_by_id(c, cs[i].id)]));
         ids[nvict++] = cs[i].id;
-        freed += cs[i].len;
+        freed += cache_disk_len(c, cs[i].len);
+        freed_len += cs[i].len;
     }
     rc = cache_objs_delete(c, ids, nvict, err);
     if (rc == 0) {
         c->evicted += nvict;
-        c->evicted_bytes += freed;
+        c->evicted_bytes += freed_len;
         LOG_DEBUG(CACHE_TAG, "evicted %zu objects, %" PRIu64 " bytes (needed %" PRIu64 ")",
-                  nvict, freed, over);
+                  nvict, freed_len, over);
         /* Invariant 4 (budget half): what is held plus what is asked fits. */
-        if (c->used + c->reserved + need > c->budget) {
+        if (c->used_disk + c->reserved + need > c->budget) {
             LOG_ERROR(CACHE_TAG, "invariant 4 broken after eviction");
             rc = shoal_err_set(err, SHOAL_EINTERNAL, "cache: eviction freed too little");
         }
@@ -159,6 +164,7 @@ static int plan_evictions(cache *c, const uint8_t *skip, uint64_t need, cache_pl
 {
     cand *cs;
     size_t ncand = 0;
+    uint64_t freed = 0;   /* in disk blocks, as need */
     int rc;
 
     if (need == 0)
@@ -166,8 +172,9 @@ static int plan_evictions(cache *c, const uint8_t *skip, uint64_t need, cache_pl
     if (!(cs = malloc((c->nobjs ? c->nobjs : 1) * sizeof *cs)))
         return shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory planning");
     rc = evict_candidates(c, skip, cs, &ncand, err);
-    for (size_t i = 0; rc == 0 && i < ncand && p->evict_bytes < need; i++) {
+    for (size_t i = 0; rc == 0 && i < ncand && freed < need; i++) {
         const cobj *o = &c->objs[cache_obj_by_id(c, cs[i].id)];
+        freed += cache_disk_len(c, o->len);
         p->evict_objects++;
         p->evict_bytes += o->len;
         p->evict_kind[o->kind < CACHE_KIND_COUNT_ ? o->kind : CACHE_KIND_EXPERT] += o->len;
@@ -180,7 +187,10 @@ int cache_plan_make(cache *c, const cache_key *keys, const cache_kind *kinds, si
                     uint64_t held_back, int touch, cache_plan *p, uint8_t *fate, shoal_err *err)
 {
     uint8_t *sel = NULL;
-    uint64_t kept = 0, taken = 0;
+    uint64_t kept = 0;
+    /* decisions are charged in disk blocks (cache_evict_for does); the
+     * figures stay bytes */
+    uint64_t pinned_d = 0, kept_d = 0, taken_d = 0, room_d;
     int rc = 0, full = 0;
 
     memset(p, 0, sizeof *p);
@@ -193,8 +203,10 @@ int cache_plan_make(cache *c, const cache_key *keys, const cache_kind *kinds, si
     p->reserved = c->reserved;
     p->held_back = held_back;
     for (size_t i = 0; i < c->nobjs; i++)
-        if (cache_obj_pinned(c, &c->objs[i]))
+        if (cache_obj_pinned(c, &c->objs[i])) {
             p->pinned += c->objs[i].len;
+            pinned_d += cache_disk_len(c, c->objs[i].len);
+        }
     /* The selection's cached objects stay (unpinned ones take room). */
     for (size_t i = 0; i < n; i++) {
         uint32_t k = cache_key_check(&keys[i], NULL) == 0 ? cache_obj_find(c, &keys[i]) : CMAP_NONE;
@@ -208,8 +220,10 @@ int cache_plan_make(cache *c, const cache_key *keys, const cache_kind *kinds, si
         sel[k] = 1;
         p->cached_objects++;
         p->cached_bytes += c->objs[k].len;
-        if (!cache_obj_pinned(c, &c->objs[k]))
+        if (!cache_obj_pinned(c, &c->objs[k])) {
             kept += c->objs[k].len;
+            kept_d += cache_disk_len(c, c->objs[k].len);
+        }
         if (touch)
             cache_stats_note_touch(c, k);
         if (fate)
@@ -217,16 +231,17 @@ int cache_plan_make(cache *c, const cache_key *keys, const cache_kind *kinds, si
     }
     p->kept = kept;
     {
-        uint64_t taken0 = p->pinned + p->reserved + held_back + kept;
-        p->room = taken0 < p->budget ? p->budget - taken0 : 0;
+        uint64_t taken0 = pinned_d + p->reserved + held_back + kept_d;
+        room_d = taken0 < p->budget ? p->budget - taken0 : 0;
+        p->room = room_d;
     }
     /* New objects in the order given: the first that does not fit ends it. */
     for (size_t i = 0; i < n; i++) {
         uint32_t k = cache_key_check(&keys[i], NULL) == 0 ? cache_obj_find(c, &keys[i]) : CMAP_NONE;
         if (k != CMAP_NONE)
             continue;
-        if (!full && taken + keys[i].length <= p->room) {
-            taken += keys[i].length;
+        if (!full && taken_d + cache_disk_len(c, keys[i].length) <= room_d) {
+            taken_d += cache_disk_len(c, keys[i].length);
             p->fetch_objects++;
             p->fetch_bytes += keys[i].length;
             if (fate)
@@ -243,7 +258,7 @@ int cache_plan_make(cache *c, const cache_key *keys, const cache_kind *kinds, si
             fate[i] = CACHE_PLAN_OVER;
     }
     {
-        uint64_t have = p->used + p->reserved + held_back + p->fetch_bytes;
+        uint64_t have = c->used_disk + p->reserved + held_back + taken_d;
         rc = plan_evictions(c, sel, have > p->budget ? have - p->budget : 0, p, err);
     }
     free(sel);

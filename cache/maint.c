@@ -92,7 +92,7 @@ int cache_report_verify(cache *c, const char *spec, int deep, shoal_buf *out, sh
 int cache_gc_step(cache *c, cache_gc_state *st, uint64_t max_bytes, uint64_t step_bytes,
                   int *done, shoal_err *err)
 {
-    uint64_t floor, have, saved;
+    uint64_t floor, floor_disk, have, saved, pinned_disk;
     int rc;
 
     *done = 0;
@@ -105,24 +105,30 @@ int cache_gc_step(cache *c, cache_gc_state *st, uint64_t max_bytes, uint64_t ste
         st->target = max_bytes ? max_bytes : c->budget;
     }
     st->pinned = 0;
+    pinned_disk = 0;
     for (size_t i = 0; i < c->nobjs; i++)
-        if (cache_obj_pinned(c, &c->objs[i]))
+        if (cache_obj_pinned(c, &c->objs[i])) {
             st->pinned += c->objs[i].len;
-    /* Pinned bytes stay: the best reachable is everything unpinned gone. */
+            pinned_disk += cache_disk_len(c, c->objs[i].len);
+        }
+    /* Pinned bytes stay: the best reachable is everything unpinned gone.
+     * The figures are bytes; eviction is charged in disk blocks
+     * (cache_evict_for), so its floor is too. */
     floor = st->target > st->pinned + c->reserved ? st->target : st->pinned + c->reserved;
-    have = c->used + c->reserved;
+    floor_disk = st->target > pinned_disk + c->reserved ? st->target : pinned_disk + c->reserved;
+    have = c->used_disk + c->reserved;
     st->goal = st->before > floor - c->reserved ? st->before - (floor - c->reserved) : 0;
     st->freed = st->before > c->used ? st->before - c->used : 0;
-    if (have <= floor) {
+    if (have <= floor_disk) {
         *done = 1;
         return 0;
     }
     saved = c->budget;
-    c->budget = step_bytes && have - floor > step_bytes ? have - step_bytes : floor;
+    c->budget = step_bytes && have - floor_disk > step_bytes ? have - step_bytes : floor_disk;
     rc = cache_evict_for(c, 0, err);
     c->budget = saved;
     st->freed = st->before > c->used ? st->before - c->used : 0;
-    if (rc == 0 && c->used + c->reserved <= floor)
+    if (rc == 0 && c->used_disk + c->reserved <= floor_disk)
         *done = 1;
     return rc;
 }

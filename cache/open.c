@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +151,7 @@ int cache_obj_add(cache *c, const cobj *o, shoal_err *err)
     }
     c->nobjs++;
     c->used += o->len;
+    c->used_disk += cache_disk_len(c, o->len);
     if (o->id >= c->next_id)
         c->next_id = o->id + 1;
     return 0;
@@ -165,6 +167,7 @@ void cache_obj_drop(cache *c, uint32_t idx)
     cmap_del(&c->by_key, o->keyhash, idx);
     cmap_del(&c->by_id, cache_id_hash(o->id), idx);
     c->used -= o->len;
+    c->used_disk -= cache_disk_len(c, o->len);
     free(o->etag);
     if (idx != last) {
         cobj *l = &c->objs[last];
@@ -195,25 +198,50 @@ void cache_assert_usage(const cache *c)
 
 /* ---- lock and budget -------------------------------------------------------- */
 
+uint64_t cache_disk_len(const cache *c, uint64_t len)
+{
+    uint64_t b = c->blksize ? c->blksize : 4096;
+    return (len + b - 1) / b * b;
+}
+
 static int cache_lock(cache *c, shoal_err *err)
 {
     char path[SHOAL_PATH_MAX], buf[32];
+    struct stat st;
 
     if (shoal_path_join(path, sizeof path, c->dir, "lock"))
         return shoal_err_set(err, SHOAL_ETOOBIG, "cache path too long: %s", c->dir);
-    c->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    /* 0600: a lock another user can open, they can flock too, and keep
+     * every writer out */
+    c->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (c->lock_fd < 0)
         return shoal_err_set(err, shoal_err_from_errno(errno), "open %s: %s", path, strerror(errno));
+    if (fstat(c->lock_fd, &st) == 0 && st.st_uid != geteuid())
+        return shoal_err_set(err, SHOAL_ELOCKED, "the lock %s belongs to uid %u, not to you (uid "
+                             "%u): another user made it and can hold it; remove it and keep %s "
+                             "yours alone (mode 0700)", path, (unsigned)st.st_uid,
+                             (unsigned)geteuid(), c->dir);
+    if (fstat(c->lock_fd, &st) == 0 && (st.st_mode & 077))
+        fchmod(c->lock_fd, 0600);
     if (flock(c->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         ssize_t n = pread(c->lock_fd, buf, sizeof buf - 1, 0);
+        long pid;
+        char *end;
         buf[n > 0 ? n : 0] = '\0';
         buf[strcspn(buf, "\n")] = '\0';
-        if (e == EWOULDBLOCK)
+        if (e != EWOULDBLOCK)
+            return shoal_err_set(err, SHOAL_EIO, "lock %s: %s", path, strerror(e));
+        pid = strtol(buf, &end, 10);
+        if (buf[0] && *end == '\0' && pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM))
             return shoal_err_set(err, SHOAL_ELOCKED,
-                                 "cache %s is in use by process %s (lock %s); one writer at a time",
-                                 c->dir, buf[0] ? buf : "(unknown pid)", path);
-        return shoal_err_set(err, SHOAL_EIO, "lock %s: %s", path, strerror(e));
+                                 "cache %s is in use by process %ld (lock %s); one writer at a time",
+                                 c->dir, pid, path);
+        /* the pid written is not the holder: name what is known */
+        return shoal_err_set(err, SHOAL_ELOCKED,
+                             "cache %s is locked by a process that did not write its pid into %s "
+                             "(it says \"%s\"%s): `fuser -v %s` names the holder", c->dir, path,
+                             buf, buf[0] ? ", which is not running" : "", path);
     }
     int n = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
     if (cache_io_now.ftruncate(c->lock_fd, 0) != 0 ||
@@ -229,8 +257,19 @@ static int cache_disk_room(const cache *c, uint64_t *room, uint64_t *free_bytes,
     if (statvfs(c->dir, &sv) != 0)
         return shoal_err_set(err, SHOAL_EIO, "statvfs %s: %s", c->dir, strerror(errno));
     *free_bytes = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
-    *room = *free_bytes + c->used;
+    *room = *free_bytes + c->used_disk;   /* the blocks the cache holds */
     return 0;
+}
+
+/* The default: a share of what the disk can give, leaving floor_bytes free. */
+static uint64_t budget_auto(const cache *c, uint64_t room)
+{
+    double avail = (double)room;
+    double share = c->cfg.free_share > 0 && c->cfg.free_share <= 1 ? c->cfg.free_share : 0.9;
+    double b = avail * share;
+    if (b > avail - (double)c->cfg.floor_bytes)
+        b = avail - (double)c->cfg.floor_bytes;
+    return b > 0 ? (uint64_t)b : 0;
 }
 
 static int cache_budget_set(cache *c, shoal_err *err)
@@ -257,17 +296,63 @@ static int cache_budget_set(cache *c, shoal_err *err)
                                  "%s, or free disk space",
                                  shoal_size_format(c->cfg.max_bytes, b, sizeof b),
                                  shoal_size_format(free_bytes, f, sizeof f),
-                                 shoal_size_format(c->used, u, sizeof u),
+                                 shoal_size_format(c->used_disk, u, sizeof u),
                                  shoal_size_format(room, r, sizeof r), c->dir, most);
         c->budget = c->cfg.max_bytes;
         return 0;
     }
-    double avail = (double)room;
-    double share = c->cfg.free_share > 0 && c->cfg.free_share <= 1 ? c->cfg.free_share : 0.9;
-    double b = avail * share;
-    if (b > avail - (double)c->cfg.floor_bytes)
-        b = avail - (double)c->cfg.floor_bytes;
-    c->budget = b > 0 ? (uint64_t)b : 0;
+    c->budget = budget_auto(c, room);
+    if (c->budget == 0 && c->cfg.budget_fits_disk) {
+        char f[32], u[32], fl[32];
+        return shoal_err_set(err, SHOAL_ENOSPC, "the default budget is 0: %s free + %s cached in "
+                             "%s is less than the %s the default leaves free on the disk; pass "
+                             "--max-size SIZE (what the cache may use) or free disk space",
+                             shoal_size_format(free_bytes, f, sizeof f),
+                             shoal_size_format(c->used_disk, u, sizeof u), c->dir,
+                             shoal_size_format(c->cfg.floor_bytes, fl, sizeof fl));
+    }
+    return 0;
+}
+
+/* A daemon's budget must hold what it may never evict: pinned objects
+ * (the spine, small files, what `shoal pin` pinned) already cached. */
+static int cache_budget_check(cache *c, shoal_err *err)
+{
+    uint64_t pinned = 0;
+    char b[32], p[32];
+    if (!c->cfg.budget_fits_disk)
+        return 0;
+    for (size_t i = 0; i < c->nobjs; i++)
+        if (cache_obj_pinned(c, &c->objs[i]))
+            pinned += cache_disk_len(c, c->objs[i].len);
+    if (pinned <= c->budget)
+        return 0;
+    return shoal_err_set(err, SHOAL_ENOSPC, "the budget %s is below the %s of pinned objects (the "
+                         "spine, small files, what `shoal pin` pinned) the cache holds in %s: pass "
+                         "--max-size %s or more, or `shoal rm` a model",
+                         shoal_size_format(c->budget, b, sizeof b),
+                         shoal_size_format(pinned, p, sizeof p), c->dir,
+                         shoal_size_format(pinned + (pinned >> 4), p, sizeof p));
+}
+
+int cache_budget_refresh(cache *c, shoal_err *err)
+{
+    uint64_t room = 0, free_bytes = 0, nb;
+    int rc;
+    if (c->cfg.read_only || !c->cfg.budget_fits_disk)
+        return 0;
+    if ((rc = cache_disk_room(c, &room, &free_bytes, err)) != 0)
+        return rc;
+    nb = c->cfg.max_bytes ? (c->cfg.max_bytes < room ? c->cfg.max_bytes : room)
+                          : budget_auto(c, room);
+    if (nb != c->budget) {
+        char o[32], n[32], f[32];
+        if (nb > c->budget + c->budget / 100 || nb + c->budget / 100 < c->budget)
+            LOG_INFO(CACHE_TAG, "budget %s -> %s (%s free on the disk now)",
+                     shoal_size_format(c->budget, o, sizeof o), shoal_size_format(nb, n, sizeof n),
+                     shoal_size_format(free_bytes, f, sizeof f));
+        c->budget = nb;
+    }
     return 0;
 }
 
@@ -311,7 +396,7 @@ int cache_reserve_give(cache *c)
 
 /* ---- repair at open ----------------------------------------------------------- */
 
-typedef struct partial_row { uint64_t id, durable; int64_t started_ms; int seen; } partial_row;
+typedef struct partial_row { uint64_t id, durable; int64_t started_ms; int seen, kind; } partial_row;
 
 static int hex_id(const char *name, const char *suffix, uint64_t *id)
 {
@@ -366,7 +451,7 @@ static int load_partials(cache *c, partial_row **out, size_t *n, shoal_err *err)
 {
     sqlite3_stmt *s = NULL;
     size_t cap = 0;
-    int rc = sqlite3_prepare_v2(c->db, "SELECT id, durable, started_ms FROM partials", -1, &s, NULL);
+    int rc = sqlite3_prepare_v2(c->db, "SELECT id, durable, started_ms, kind FROM partials", -1, &s, NULL);
 
     *out = NULL;
     *n = 0;
@@ -385,6 +470,7 @@ static int load_partials(cache *c, partial_row **out, size_t *n, shoal_err *err)
         (*out)[*n].id = (uint64_t)sqlite3_column_int64(s, 0);
         (*out)[*n].durable = (uint64_t)sqlite3_column_int64(s, 1);
         (*out)[*n].started_ms = sqlite3_column_int64(s, 2);
+        (*out)[*n].kind = sqlite3_column_int(s, 3);
         (*out)[*n].seen = 0;
         if ((*out)[*n].id >= c->next_id)
             c->next_id = (*out)[*n].id + 1;
@@ -452,7 +538,9 @@ static int scan_blobs(cache *c, uint8_t *seen, uint64_t **bad, size_t *nbad,
 }
 
 /* Walk tmp/: keep partial files with a row (cut to their durable length),
- * remove everything else. */
+ * remove everything else.  A derived object's partial (a PUT killed
+ * midway) is never kept: only its client had the content, so nothing can
+ * resume it. */
 static int scan_tmp(cache *c, partial_row *parts, size_t nparts, cache_open_report *rep,
                     shoal_err *err)
 {
@@ -470,7 +558,8 @@ static int scan_tmp(cache *c, partial_row *parts, size_t nparts, cache_open_repo
             continue;
         if (hex_id(de->d_name, ".part", &id) == 0)
             for (size_t i = 0; i < nparts; i++)
-                if (parts[i].id == id && (!c->cfg.partial_max_age_s || parts[i].started_ms >= oldest))
+                if (parts[i].id == id && parts[i].kind != CACHE_KIND_DERIVED &&
+                    (!c->cfg.partial_max_age_s || parts[i].started_ms >= oldest))
                     p = &parts[i];
         if (p && fstatat(dirfd(d), de->d_name, &st, 0) == 0 && (uint64_t)st.st_size >= p->durable) {
             char path[SHOAL_PATH_MAX];
@@ -576,6 +665,27 @@ static int cache_repair(cache *c, cache_open_report *rep, shoal_err *err)
     return rc;
 }
 
+/* Sessions that recorded nothing (a ping, a CLI call) are kept only among
+ * the last CACHE_SESSIONS_KEPT: otherwise the table gains a row per
+ * connection forever.  Sessions with counters stay (their counts are the
+ * history STATS sums). */
+#define CACHE_SESSIONS_KEPT 1024
+
+static void prune_sessions(cache *c)
+{
+    char sql[320];
+    int changes;
+    snprintf(sql, sizeof sql, "DELETE FROM sessions WHERE id < (SELECT MAX(id) FROM sessions) - %d"
+             " AND NOT EXISTS (SELECT 1 FROM counters WHERE counters.session = sessions.id)",
+             CACHE_SESSIONS_KEPT);
+    if (sqlite3_exec(c->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+        LOG_WARN(CACHE_TAG, "pruning old sessions: %s", sqlite3_errmsg(c->db));
+        return;
+    }
+    if ((changes = sqlite3_changes(c->db)) > 0)
+        LOG_INFO(CACHE_TAG, "forgot %d old sessions that recorded nothing", changes);
+}
+
 /* ---- open / close ---------------------------------------------------------------- */
 
 static int cache_open_dirs(cache *c, shoal_err *err)
@@ -584,9 +694,9 @@ static int cache_open_dirs(cache *c, shoal_err *err)
         shoal_path_join(c->tmp, sizeof c->tmp, c->dir, "tmp"))
         return shoal_err_set(err, SHOAL_ETOOBIG, "cache path too long: %s", c->dir);
     if (!c->cfg.read_only) {
-        int rc = shoal_mkdir_p(c->blobs, 0755, err);
+        int rc = shoal_mkdir_p(c->blobs, 0700, err);
         if (rc == 0)
-            rc = shoal_mkdir_p(c->tmp, 0755, err);
+            rc = shoal_mkdir_p(c->tmp, 0700, err);
         if (rc)
             return rc;
     }
@@ -624,8 +734,12 @@ int cache_open(const char *dir, const cache_config *cfg, cache **out,
         cache_config_default(&c->cfg);
     c->last_flush_ns = shoal_now_ns();
 
-    if (!c->cfg.read_only && (rc = shoal_mkdir_p(dir, 0755, err)) != 0)
+    if (!c->cfg.read_only && (rc = shoal_mkdir_p(dir, 0700, err)) != 0)
         goto fail;
+    {
+        struct statvfs sv;
+        c->blksize = statvfs(dir, &sv) == 0 && sv.f_bsize ? (uint64_t)sv.f_bsize : 4096;
+    }
     if (!c->cfg.read_only && (rc = cache_lock(c, err)) != 0)
         goto fail;
     if ((rc = cache_open_dirs(c, err)) != 0)
@@ -639,12 +753,13 @@ int cache_open(const char *dir, const cache_config *cfg, cache **out,
     if (!c->cfg.read_only) {
         if ((rc = cache_repair(c, report, err)) != 0)
             goto fail;
-        if ((rc = cache_budget_set(c, err)) != 0)
+        prune_sessions(c);
+        if ((rc = cache_budget_set(c, err)) != 0 || (rc = cache_budget_check(c, err)) != 0)
             goto fail;
         if ((rc = cache_heat_load(c, err)) != 0)
             goto fail;
         cache_reserve_take(c);
-        if (c->used > c->budget) {
+        if (c->used_disk > c->budget) {
             /* The budget shrank since the last run: come down to it now. */
             shoal_err e = { 0, "" };
             if (cache_evict_for(c, 0, &e) != 0)

@@ -125,6 +125,55 @@ void shoal_log(shoal_log_level level, const char *tag, const char *fmt, ...)
     va_end(ap);
 }
 
+const char *shoal_log_count(unsigned long long n, char *buf, unsigned cap)
+{
+    char digits[24];
+    int k = snprintf(digits, sizeof digits, "%llu", n), o = 0;
+    for (int i = 0; i < k && (unsigned)o + 2 < cap; i++) {
+        if (i && (k - i) % 3 == 0)
+            buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+void shoal_log_limited(shoal_log_limit *l, shoal_log_level level, const char *tag,
+                       const char *fmt, ...)
+{
+    struct timeval tv;
+    long long now;
+    unsigned long long held;
+    char msg[1536], n[32];
+    va_list ap;
+
+    if ((int)level > log_state.level)
+        return;
+    gettimeofday(&tv, NULL);
+    now = (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+    pthread_mutex_lock(&log_state.lock);
+    if (now - l->window_ms >= SHOAL_LOG_LIMIT_MS || now < l->window_ms) {
+        l->window_ms = now;
+        l->lines = 0;
+    }
+    if (l->lines >= SHOAL_LOG_LIMIT_BURST) {
+        l->held++;
+        pthread_mutex_unlock(&log_state.lock);
+        return;
+    }
+    l->lines++;
+    held = l->held;
+    l->held = 0;
+    pthread_mutex_unlock(&log_state.lock);
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (held)
+        shoal_log(level, tag, "%s (repeated %s times)", msg, shoal_log_count(held, n, sizeof n));
+    else
+        shoal_log(level, tag, "%s", msg);
+}
+
 void shoal_log_close(void)
 {
     pthread_mutex_lock(&log_state.lock);

@@ -40,12 +40,31 @@ void shoal_log(shoal_log_level level, const char *tag, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void shoal_logv(shoal_log_level level, const char *tag, const char *fmt, va_list ap);
 
+/* Rate-limited lines, for what a hostile or broken peer can repeat at
+ * will (accept failures, refused frames): at most SHOAL_LOG_LIMIT_BURST
+ * lines per SHOAL_LOG_LIMIT_MS per limiter; the first line printed after
+ * some were held back says how many, "... (repeated 12,345 times)".  A
+ * limiter is a static zero-initialised struct per call site; thread-safe. */
+#define SHOAL_LOG_LIMIT_MS    10000
+#define SHOAL_LOG_LIMIT_BURST 10
+typedef struct shoal_log_limit {
+    long long window_ms;           /* when the current window began */
+    unsigned  lines;               /* printed in it */
+    unsigned long long held;       /* not printed since the last line that was */
+} shoal_log_limit;
+
+void shoal_log_limited(shoal_log_limit *l, shoal_log_level level, const char *tag,
+                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* "12,345" into buf (cap >= 27). */
+const char *shoal_log_count(unsigned long long n, char *buf, unsigned cap);
+
 /* Close the file (if any) and return to stderr. */
 void shoal_log_close(void);
 
 #define LOG_ERROR(tag, ...) shoal_log(SHOAL_LOG_ERROR, tag, __VA_ARGS__)
 #define LOG_WARN(tag, ...)  shoal_log(SHOAL_LOG_WARN, tag, __VA_ARGS__)
 #define LOG_INFO(tag, ...)  shoal_log(SHOAL_LOG_INFO, tag, __VA_ARGS__)
+#define LOG_WARN_LIMITED(lim, tag, ...) shoal_log_limited(lim, SHOAL_LOG_WARN, tag, __VA_ARGS__)
 #define LOG_DEBUG(tag, ...) \
     do { if (shoal_log_get_level() >= SHOAL_LOG_DEBUG) shoal_log(SHOAL_LOG_DEBUG, tag, __VA_ARGS__); } while (0)
 #define LOG_TRACE(tag, ...) \

@@ -15,11 +15,21 @@
  * made (a transfer completing may send to many); failures mark it dead and
  * the write callback, run by the loop, frees it.
  *
- * Bounds (docs/daemon.md): the input holds one frame; reading stops while
- * DAEMON_CONN_MAX_CONTROL control replies or DAEMON_CONN_MAX_KEYS messages
- * wait, so a client that sends requests without reading replies cannot
- * grow the queue; the GETs already accepted add at most
- * DAEMON_CONN_MAX_KEYS items (ops.c bounds outstanding keys).
+ * Bounds (docs/daemon.md, "Limits"): the input holds one frame; reading
+ * stops while DAEMON_CONN_MAX_CONTROL control replies, DAEMON_CONN_MAX_KEYS
+ * messages or DAEMON_CONN_OUT_PAUSE bytes wait, so a client that sends
+ * requests without reading replies cannot grow the queue; the GETs already
+ * accepted add at most DAEMON_CONN_MAX_KEYS items (ops.c bounds
+ * outstanding keys).  Across connections (d->lim): descriptors queued on
+ * one connection and on all, bytes held (input buffers and queued
+ * replies) by all, and a deadline for each frame once its first byte came
+ * (and for HELLO from the connect).  Over one, the connection responsible
+ * (the one that grew, or the one holding the most) is dropped: its queue
+ * emptied at once, an ERROR naming the limit, then closed.  At the
+ * connection cap a newcomer takes the place of a connection that never
+ * said HELLO or of one of a user (SO_PEERCRED uid) who holds more
+ * connections than the newcomer's does, so one user cannot keep another
+ * out; otherwise the newcomer is refused (server.c).
  */
 #include "daemon/daemon_int.h"
 #include "common/log.h"
@@ -27,6 +37,7 @@
 
 #include <errno.h>
 #include <event2/event.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -44,12 +55,51 @@ typedef struct outmsg {
 } outmsg;
 
 static daemon_request conn_rq;    /* decoded request: big, and one at a time */
+static shoal_log_limit conn_log_refuse, conn_log_drop, conn_log_evict, conn_log_fds,
+    conn_log_bytes, conn_log_frame;
+static void conn_drop_as(conn *c, shoal_log_limit *lim, int code, const char *why);
+
+/* ---- per-uid counts ------------------------------------------------------------ */
+
+static struct daemon_user *user_slot(shoald *d, uint32_t uid, int add)
+{
+    struct daemon_user *free_slot = NULL;
+    size_t n = sizeof d->users / sizeof d->users[0];
+    for (size_t i = 0; i < n; i++) {
+        if (d->users[i].n && d->users[i].uid == uid)
+            return &d->users[i];
+        if (!d->users[i].n && !free_slot)
+            free_slot = &d->users[i];
+    }
+    if (!add)
+        return NULL;
+    if (!free_slot)
+        free_slot = &d->users[n - 1];   /* more users than slots: the last one is shared */
+    else
+        free_slot->uid = uid;
+    return free_slot;
+}
+
+static unsigned user_count(shoald *d, uint32_t uid)
+{
+    struct daemon_user *u = user_slot(d, uid, 0);
+    return u ? u->n : 0;
+}
+
+static void held_in(conn *c)
+{
+    shoald *d = c->d;
+    d->buffered -= c->in_held;
+    c->in_held = c->in.cap;
+    d->buffered += c->in_held;
+}
 
 enum { CONN_OPEN = 0, CONN_CLOSING = 1, CONN_DEAD = 2 };
 
 static void conn_free(conn *c)
 {
     shoald *d = c->d;
+    struct daemon_user *u = c->user;
     session_close(c);
     for (outmsg *m = c->out_head, *n; m; m = n) {
         n = m->next;
@@ -57,10 +107,16 @@ static void conn_free(conn *c)
             close(m->fd);
         free(m);
     }
+    d->out_fds -= c->out_fds;
+    d->buffered -= c->out_bytes + c->in_held;
+    if (u && u->n)
+        u->n--;
     if (c->ev_read)
         event_free(c->ev_read);
     if (c->ev_write)
         event_free(c->ev_write);
+    if (c->ev_frame)
+        event_free(c->ev_frame);
     if (c->fd >= 0)
         close(c->fd);
     if (c->in_fd >= 0)
@@ -84,13 +140,14 @@ static void conn_kill(conn *c)
         return;
     c->closing = CONN_DEAD;
     event_del(c->ev_read);
+    event_del(c->ev_frame);
     event_active(c->ev_write, EV_WRITE, 0);
 }
 
 static void conn_update_read(conn *c)
 {
     int want = c->closing == CONN_OPEN && c->out_control < DAEMON_CONN_MAX_CONTROL &&
-               c->out_count < DAEMON_CONN_MAX_KEYS;
+               c->out_count < DAEMON_CONN_MAX_KEYS && c->out_bytes < DAEMON_CONN_OUT_PAUSE;
     if (want && c->read_paused) {
         c->read_paused = 0;
         event_add(c->ev_read, NULL);
@@ -137,8 +194,12 @@ static int conn_flush(conn *c)
         if (m->fd >= 0 && w > 0) {   /* the kernel holds its own reference now */
             close(m->fd);
             m->fd = -1;
+            c->out_fds--;
+            c->d->out_fds--;
         }
         m->off += (size_t)w;
+        c->out_bytes -= (size_t)w;
+        c->d->buffered -= (uint64_t)w;
         if (m->off < m->len)
             continue;
         c->out_head = m->next;
@@ -176,16 +237,74 @@ static void conn_on_write(evutil_socket_t fd, short what, void *arg)
     conn_update_read(c);
 }
 
+/* The connection holding the most of what a limit counts. */
+static conn *conn_biggest(shoald *d, int fds)
+{
+    conn *best = NULL;
+    uint64_t most = 0;
+    for (conn *o = d->conns; o; o = o->next) {
+        uint64_t v = fds ? o->out_fds : o->out_bytes + o->in_held;
+        if (!o->dropped && o->closing != CONN_DEAD && v >= most) {
+            most = v;
+            best = o;
+        }
+    }
+    return best;
+}
+
+/* Before queueing len bytes and (fd) a descriptor on c: 0 to go on, or
+ * SHOAL_ETOOBIG when c itself was dropped for it. */
+static int conn_limits(conn *c, size_t len, int fd)
+{
+    shoald *d = c->d;
+    char why[SHOAL_ERR_MSG_MAX];
+    if (fd >= 0 && c->out_fds + 1 > d->lim.conn_fds) {
+        snprintf(why, sizeof why, "%u descriptors wait for this client to read them (at most "
+                 "%u per connection, --max-conn-fds): read replies as they come", c->out_fds,
+                 d->lim.conn_fds);
+        d->bounds.dropped_fds++;
+        conn_drop_as(c, &conn_log_fds, SHOAL_ETOOBIG, why);
+        return SHOAL_ETOOBIG;
+    }
+    while (fd >= 0 && d->out_fds + 1 > d->lim.fds) {
+        conn *v = conn_biggest(d, 1);
+        if (!v)
+            break;
+        snprintf(why, sizeof why, "descriptors queued on all connections reached %u "
+                 "(--max-fds); this one held the most (%u) unread", d->lim.fds, v->out_fds);
+        d->bounds.dropped_fds++;
+        conn_drop_as(v, &conn_log_fds, SHOAL_ETOOBIG, why);
+        if (v == c)
+            return SHOAL_ETOOBIG;
+    }
+    while (d->buffered + len > d->lim.buffered) {
+        conn *v = conn_biggest(d, 0);
+        if (!v)
+            break;
+        snprintf(why, sizeof why, "bytes held for all connections reached %llu MiB "
+                 "(--max-buffered); this one held the most (%zu bytes)",
+                 (unsigned long long)(d->lim.buffered >> 20), v->out_bytes + v->in_held);
+        d->bounds.dropped_bytes++;
+        conn_drop_as(v, &conn_log_bytes, SHOAL_ETOOBIG, why);
+        if (v == c)
+            return SHOAL_ETOOBIG;
+    }
+    return 0;
+}
+
 int conn_send(conn *c, const uint8_t *msg, size_t len, int fd)
 {
     outmsg *m;
-    int was_empty = c->out_head == NULL;
+    int was_empty;
 
-    if (c->closing == CONN_DEAD) {
+    /* dropped 2: conn_drop's own ERROR, which the limits let through */
+    if (c->closing == CONN_DEAD || c->dropped == 1 ||
+        (!c->dropped && conn_limits(c, len, fd) != 0)) {
         if (fd >= 0)
             close(fd);
         return SHOAL_ENET;
     }
+    was_empty = c->out_head == NULL;
     m = malloc(sizeof *m + len);
     if (!m) {
         if (fd >= 0)
@@ -207,6 +326,12 @@ int conn_send(conn *c, const uint8_t *msg, size_t len, int fd)
     c->out_count++;
     if (m->control)
         c->out_control++;
+    c->out_bytes += len;
+    c->d->buffered += len;
+    if (fd >= 0) {
+        c->out_fds++;
+        c->d->out_fds++;
+    }
     if (was_empty) {
         /* Try at once: most replies fit the socket buffer. */
         if (conn_flush(c) != 0) {
@@ -286,17 +411,103 @@ void conn_close(conn *c, int flush)
 /* Refuse the frame: ERROR naming why, then close after the queue drains. */
 static void conn_refuse(conn *c, uint64_t id, int code, const char *msg)
 {
-    LOG_WARN("conn", "session %llu (%s, pid %lld): %s; closing the connection",
-             (unsigned long long)c->session, c->program[0] ? c->program : "?",
-             (long long)c->pid, msg);
+    LOG_WARN_LIMITED(&conn_log_refuse, "conn", "session %llu (%s, pid %lld, uid %u): %s; "
+                     "closing the connection", (unsigned long long)c->session,
+                     c->program[0] ? c->program : "?", (long long)c->pid, (unsigned)c->uid, msg);
     conn_send_error(c, id, code, msg);
     conn_close(c, 1);
+}
+
+void conn_drop(conn *c, int code, const char *why)
+{
+    conn_drop_as(c, &conn_log_drop, code, why);
+}
+
+/* Each kind of drop has its own limiter: a flood of one cannot hide another. */
+static void conn_drop_as(conn *c, shoal_log_limit *lim, int code, const char *why)
+{
+    shoald *d = c->d;
+    outmsg *keep;
+    if (c->dropped || c->closing == CONN_DEAD)
+        return;
+    LOG_WARN_LIMITED(lim, "conn", "session %llu (%s, pid %lld, uid %u) dropped: %s",
+                     (unsigned long long)c->session, c->program[0] ? c->program : "?",
+                     (long long)c->pid, (unsigned)c->uid, why);
+    /* Everything queued goes now, but a message already partly written
+     * (the client would see half a frame) */
+    keep = c->out_head && c->out_head->off > 0 ? c->out_head : NULL;
+    for (outmsg *m = keep ? keep->next : c->out_head, *n; m; m = n) {
+        n = m->next;
+        if (m->fd >= 0) {
+            close(m->fd);
+            c->out_fds--;
+            d->out_fds--;
+        }
+        c->out_bytes -= m->len;
+        d->buffered -= m->len;
+        c->out_count--;
+        if (m->control)
+            c->out_control--;
+        free(m);
+    }
+    if (keep)
+        keep->next = NULL;
+    c->out_head = c->out_tail = keep;
+    if (!c->processing) {   /* else the request being handled borrows from it */
+        shoal_buf_free(&c->in);
+        held_in(c);
+    }
+    if (c->in_fd >= 0) {
+        close(c->in_fd);
+        c->in_fd = -1;
+    }
+    c->dropped = 2;
+    conn_send_error(c, 0, code, why);
+    c->dropped = 1;
+    conn_close(c, 1);
+}
+
+/* The frame deadline: armed when a frame's first byte is in and not the
+ * rest (and from the connect until HELLO), disarmed when the buffer is
+ * empty again. */
+static void conn_on_frame_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    conn *c = arg;
+    char why[160];
+    (void)fd;
+    (void)what;
+    if (c->closing != CONN_OPEN)
+        return;
+    c->d->bounds.frame_timeouts++;
+    if (c->in.len == 0 && !c->hello)
+        snprintf(why, sizeof why, "no HELLO within %u s of connecting (--frame-timeout)",
+                 c->d->lim.frame_secs);
+    else
+        snprintf(why, sizeof why, "a frame begun %u s ago has not ended (%zu bytes of it came; "
+                 "--frame-timeout)", c->d->lim.frame_secs, c->in.len);
+    conn_drop_as(c, &conn_log_frame, SHOAL_ETIMEOUT, why);
+}
+
+static void conn_frame_arm(conn *c, int restart)
+{
+    struct timeval tv = { (time_t)c->d->lim.frame_secs, 0 };
+    if (c->closing != CONN_OPEN)
+        return;
+    if (c->in.len == 0 && c->hello) {
+        event_del(c->ev_frame);
+        return;
+    }
+    if (c->read_paused && c->in.len)   /* whole frames wait on us, not on the client */
+        restart = 1;
+    if (restart || !event_pending(c->ev_frame, EV_TIMEOUT, NULL))
+        event_add(c->ev_frame, &tv);
 }
 
 /* Handle every complete frame in c->in.  Stops when reading is paused. */
 static void conn_process(conn *c)
 {
     size_t pos = 0;
+    c->processing = 1;
     while (c->closing == CONN_OPEN && !c->read_paused && c->in.len - pos >= SHOAL_PROTO_HEADER) {
         shoal_msg_header h;
         shoal_err err = { 0 };
@@ -337,9 +548,17 @@ static void conn_process(conn *c)
             break;
         }
     }
+    c->processing = 0;
     shoal_buf_consume(&c->in, pos);
+    if (c->dropped)
+        shoal_buf_reset(&c->in);
     if (c->closing == CONN_OPEN && !c->read_paused && c->in.len == 0 && c->in_fd >= 0)
         conn_refuse(c, 0, SHOAL_EPROTO, "a descriptor came without a PUT");
+    if (c->in.len == 0 && (c->dropped || c->in.cap > 2 * CONN_READ_CHUNK + 1)) {
+        shoal_buf_free(&c->in);   /* an idle connection holds no frame buffer */
+        held_in(c);
+    }
+    conn_frame_arm(c, pos > 0);
 }
 
 static void conn_on_read(evutil_socket_t fd, short what, void *arg)
@@ -360,6 +579,11 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
     if (shoal_buf_reserve(&c->in, CONN_READ_CHUNK) != 0) {
         conn_kill(c);
         return;
+    }
+    if (c->in.cap != c->in_held) {
+        held_in(c);
+        if (conn_limits(c, 0, -1) != 0)
+            return;
     }
     iov.iov_base = c->in.data + c->in.len;
     iov.iov_len = CONN_READ_CHUNK;
@@ -395,6 +619,7 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
         return;
     }
     c->in.len += (size_t)r;
+    c->active_ms = shoal_wall_ms();
     if (extra_fd || (mh.msg_flags & MSG_CTRUNC)) {
         conn_refuse(c, 0, SHOAL_EPROTO, "one descriptor at a time, and only with PUT");
         return;
@@ -402,7 +627,7 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
     conn_process(c);
 }
 
-int conn_new(shoald *d, int fd)
+int conn_new(shoald *d, int fd, uint32_t uid)
 {
     conn *c = calloc(1, sizeof *c);
     if (!c)
@@ -410,15 +635,19 @@ int conn_new(shoald *d, int fd)
     c->d = d;
     c->fd = fd;
     c->in_fd = -1;
-    c->started_ms = shoal_wall_ms();
+    c->uid = uid;
+    c->started_ms = c->active_ms = shoal_wall_ms();
     shoal_buf_init(&c->in, SHOAL_PROTO_HEADER + SHOAL_PROTO_MAX_BODY + 2 * CONN_READ_CHUNK);
     c->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
     c->ev_write = event_new(d->base, fd, EV_WRITE, conn_on_write, c);
-    if (!c->ev_read || !c->ev_write || event_add(c->ev_read, NULL) != 0) {
+    c->ev_frame = evtimer_new(d->base, conn_on_frame_timeout, c);
+    if (!c->ev_read || !c->ev_write || !c->ev_frame || event_add(c->ev_read, NULL) != 0) {
         if (c->ev_read)
             event_free(c->ev_read);
         if (c->ev_write)
             event_free(c->ev_write);
+        if (c->ev_frame)
+            event_free(c->ev_frame);
         free(c);
         return SHOAL_ENOMEM;
     }
@@ -427,7 +656,50 @@ int conn_new(shoald *d, int fd)
         d->conns->prev = c;
     d->conns = c;
     d->nconns++;
+    c->user = user_slot(d, uid, 1);
+    c->user->n++;
+    conn_frame_arm(c, 1);   /* HELLO's deadline */
     return 0;
+}
+
+int conn_admit(shoald *d, uint32_t uid)
+{
+    unsigned mine = user_count(d, uid), live = 0;
+    conn *v = NULL;
+    char why[200];
+
+    for (conn *o = d->conns; o; o = o->next)
+        live += !o->dropped && o->closing == CONN_OPEN;
+    if (live < d->lim.conns)
+        return 1;
+    /* a connection that never said HELLO, the oldest first; else one of
+     * the user holding the most connections, when that is more than the
+     * newcomer's user holds: the one idle longest */
+    for (conn *o = d->conns; o; o = o->next)
+        if (!o->dropped && o->closing == CONN_OPEN && !o->hello &&
+            (!v || o->started_ms < v->started_ms))
+            v = o;
+    if (!v) {
+        unsigned most = 0;
+        for (conn *o = d->conns; o; o = o->next) {
+            unsigned n;
+            if (o->dropped || o->closing != CONN_OPEN || o->uid == uid)
+                continue;
+            n = user_count(d, o->uid);
+            if (n > mine + 1 && (n > most || (n == most && o->active_ms < v->active_ms))) {
+                most = n;
+                v = o;
+            }
+        }
+    }
+    if (!v)
+        return 0;
+    snprintf(why, sizeof why, "shoald serves its cap of %u connections (--max-conns) and a "
+             "newcomer (uid %u) takes this %s", d->lim.conns, (unsigned)uid,
+             v->hello ? "one: its user holds the most" : "one, which never said HELLO");
+    d->bounds.evicted++;
+    conn_drop_as(v, &conn_log_evict, SHOAL_EBUSY, why);
+    return 1;
 }
 
 void conn_close_all(shoald *d)

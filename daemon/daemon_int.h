@@ -87,12 +87,36 @@ typedef struct put put;
 enum { PRIO_DEMAND = 0, PRIO_PREFETCH = 1, PRIO_WARM = 2, PRIO_COUNT = 3 };
 
 /* Settings kept in HOME/shoald.conf (settings.c), and where each came from. */
-enum { DSET_MAX_SIZE = 0, DSET_PARALLEL, DSET_SPLIT_MIN, DSET_KEEP_SPINE, DSET_COUNT };
+enum { DSET_MAX_SIZE = 0, DSET_PARALLEL, DSET_SPLIT_MIN, DSET_KEEP_SPINE, DSET_MAX_CONNS,
+       DSET_MAX_CONN_FDS, DSET_MAX_FDS, DSET_MAX_BUFFERED, DSET_FRAME_TIMEOUT, DSET_LOW_SPEED,
+       DSET_COUNT };
 enum { DSET_DEFAULT = 0, DSET_FILE = 1, DSET_ARGS = 2 };
 typedef struct daemon_setting {
     uint8_t from;                  /* DSET_DEFAULT / _FILE / _ARGS */
     char    text[64];              /* the value as written */
 } daemon_setting;
+
+/* What connections may hold (docs/daemon.md, "Limits"): the settings, and
+ * in shoald.lim the same cut to the descriptors the process may open. */
+typedef struct daemon_limits {
+    unsigned conns;                /* connections at once */
+    unsigned conn_fds;             /* descriptors queued to one connection */
+    unsigned fds;                  /* descriptors queued to all of them */
+    uint64_t buffered;             /* bytes of frames and replies held for all */
+    unsigned frame_secs;           /* a frame once started ends within this;
+                                      HELLO comes within this of the connect */
+} daemon_limits;
+
+/* Defaults (docs/daemon.md, "Limits"; each a setting). */
+#define DAEMON_DEFAULT_CONNS          1024
+#define DAEMON_DEFAULT_CONN_FDS       4096
+#define DAEMON_DEFAULT_FDS            16384
+#define DAEMON_DEFAULT_BUFFERED       (256ull << 20)
+#define DAEMON_DEFAULT_FRAME_SECS     30
+#define DAEMON_DEFAULT_LOW_SPEED_RATE (10u << 10)
+#define DAEMON_DEFAULT_LOW_SPEED_SECS 30
+#define DAEMON_CONN_OUT_PAUSE    (4u << 20)    /* queued reply bytes before reading pauses */
+#define DAEMON_FD_RESERVE        64            /* descriptors kept for the cache, transfers */
 
 typedef struct daemon_config {
     char     home[SHOAL_PATH_MAX];
@@ -104,6 +128,9 @@ typedef struct daemon_config {
                                       UINT64_MAX: never split */
     int      keep_spine;           /* BF16 spine matrices stay pinned after
                                       their derived pack exists */
+    daemon_limits lim;
+    uint64_t low_speed_rate;       /* bytes/s below which a transfer stalls; 0 off */
+    unsigned low_speed_secs;       /* ... over this window */
     daemon_setting set[DSET_COUNT];
     char     conf_path[SHOAL_PATH_MAX];   /* HOME/shoald.conf */
     int      settings_given;       /* the command line gave a setting: save */
@@ -134,6 +161,15 @@ struct shoald {
     struct event *ev_sig[4];
     conn  *conns;                  /* doubly linked */
     unsigned nconns;
+    daemon_limits lim;             /* in force (cfg.lim cut to RLIMIT_NOFILE) */
+    unsigned out_fds;              /* descriptors queued on every connection */
+    uint64_t buffered;             /* input buffers + queued reply bytes, all */
+    struct event *ev_resume;       /* the listener's back-off timer */
+    unsigned accept_backoff_ms;
+    struct daemon_user { uint32_t uid; unsigned n; } users[32];   /* connections per uid */
+    struct daemon_bounds {
+        uint64_t refused, evicted, dropped_fds, dropped_bytes, frame_timeouts, accept_errors;
+    } bounds;
     model *models[DAEMON_MODELS_MAX];
     struct sched *sched;
     struct warm *warm;
@@ -214,7 +250,17 @@ void server_close(shoald *d);
 
 /* ---- conn.c ----------------------------------------------------------------- */
 
-int  conn_new(shoald *d, int fd);
+/* A new connection from uid; the caller checked conn_admit first. */
+int  conn_new(shoald *d, int fd, uint32_t uid);
+/* At the connection cap: make room for a newcomer of uid (a connection
+ * that never said HELLO, or one of a user holding more than uid does, is
+ * dropped).  1 when room was made or there was room, 0 when the newcomer
+ * must be refused. */
+int  conn_admit(shoald *d, uint32_t uid);
+/* Drop c for going over a limit: its queue is emptied (descriptors
+ * closed), an ERROR naming the limit goes out, then the connection
+ * closes. */
+void conn_drop(conn *c, int code, const char *why);
 /* Close (now, or after flushing its queue when `flush` is set). */
 void conn_close(conn *c, int flush);
 /* Queue a built message, with a descriptor (taken: closed on failure) or
@@ -242,6 +288,15 @@ struct conn {
     int      closing;              /* flush then close */
     int      read_paused;
     int      in_fd;                /* a PUT's descriptor received, -1 none */
+    int      dropped;              /* over a limit: nothing more is queued */
+    int      processing;           /* conn_process runs: c->in is borrowed */
+    uint32_t uid;                  /* SO_PEERCRED */
+    struct daemon_user *user;      /* its slot in d->users */
+    size_t   in_held;              /* in.cap as counted in d->buffered */
+    size_t   out_bytes;            /* queued reply bytes not yet written */
+    unsigned out_fds;              /* descriptors among them */
+    struct event *ev_frame;        /* the frame (or HELLO) deadline */
+    int64_t  active_ms;            /* last byte received */
     /* session */
     int      hello;
     unsigned version;              /* the protocol version said at HELLO */

@@ -22,6 +22,7 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -38,6 +39,8 @@
 enum {
     OPT_HOME = 1, OPT_MAX_SIZE, OPT_PARALLEL, OPT_SPLIT_MIN, OPT_KEEP_SPINE, OPT_NO_KEEP_SPINE,
     OPT_LOG, OPT_LOG_LEVEL, OPT_DETACH, OPT_PID_FILE, OPT_METRICS, OPT_NO_FSYNC,
+    OPT_MAX_CONNS, OPT_MAX_CONN_FDS, OPT_MAX_FDS, OPT_MAX_BUFFERED, OPT_FRAME_TIMEOUT,
+    OPT_LOW_SPEED,
 };
 
 static const shoal_cli_opt OPTS[] = {
@@ -50,10 +53,23 @@ static const shoal_cli_opt OPTS[] = {
                                              "connections (default 2M; 0 = never split)" },
     { "keep-spine", 0, NULL, OPT_KEEP_SPINE, "keep the BF16 spine matrices pinned after their\n"
                                              "derived pack exists (default: they become evictable)" },
-    { "no-keep-spine", 0, NULL, OPT_NO_KEEP_SPINE, "return to the default\n"
-                                                   "(these four are kept in DIR/shoald.conf: a flag\n"
-                                                   "given here is written there and applies at\n"
-                                                   "later starts)" },
+    { "no-keep-spine", 0, NULL, OPT_NO_KEEP_SPINE, "return to the default" },
+    { "max-conns", 0, "N", OPT_MAX_CONNS, "connections at once (default 1024; at most half\n"
+                                          "the descriptors RLIMIT_NOFILE leaves)" },
+    { "max-conn-fds", 0, "N", OPT_MAX_CONN_FDS, "descriptors queued to one client that does\n"
+                                                "not read them (default 4096): over it, dropped" },
+    { "max-fds", 0, "N", OPT_MAX_FDS, "descriptors queued to all clients (default 16384,\n"
+                                      "cut to what RLIMIT_NOFILE leaves)" },
+    { "max-buffered", 0, "SIZE", OPT_MAX_BUFFERED, "frames and replies held for all clients\n"
+                                                   "(default 256M)" },
+    { "frame-timeout", 0, "SECS", OPT_FRAME_TIMEOUT, "a frame once begun, and HELLO after the\n"
+                                                     "connect, must arrive within (default 30)" },
+    { "low-speed", 0, "RATE/SECS", OPT_LOW_SPEED, "a transfer slower than RATE bytes/s over\n"
+                                                  "SECS is a stall, retried (default 10K/30;\n"
+                                                  "off)\n"
+                                                  "(settings from --max-size on are kept in\n"
+                                                  "DIR/shoald.conf: a flag given here is written\n"
+                                                  "there and applies at later starts)" },
     { "log", 0, "FILE", OPT_LOG, "log to FILE (SIGHUP reopens it); default stderr, or\n"
                                  "DIR/shoald.log with --detach" },
     { "log-level", 0, "error|warn|info|debug|trace", OPT_LOG_LEVEL, "default info" },
@@ -122,6 +138,12 @@ static int parse_args(int argc, char **argv, opts *o)
         case OPT_MAX_SIZE:      o->set[DSET_MAX_SIZE] = v; break;
         case OPT_PARALLEL:      o->set[DSET_PARALLEL] = v; break;
         case OPT_SPLIT_MIN:     o->set[DSET_SPLIT_MIN] = v; break;
+        case OPT_MAX_CONNS:     o->set[DSET_MAX_CONNS] = v; break;
+        case OPT_MAX_CONN_FDS:  o->set[DSET_MAX_CONN_FDS] = v; break;
+        case OPT_MAX_FDS:       o->set[DSET_MAX_FDS] = v; break;
+        case OPT_MAX_BUFFERED:  o->set[DSET_MAX_BUFFERED] = v; break;
+        case OPT_FRAME_TIMEOUT: o->set[DSET_FRAME_TIMEOUT] = v; break;
+        case OPT_LOW_SPEED:     o->set[DSET_LOW_SPEED] = v; break;
         case OPT_LOG:           o->log = v; break;
         case OPT_LOG_LEVEL:     o->log_level = v; break;
         case OPT_PID_FILE:      o->pid_file = v; break;
@@ -164,6 +186,17 @@ static void daemon_stop(shoald *d, const char *why)
         return;
     d->stopping = 1;
     LOG_INFO("shoald", "%s: stopping (transfers parked, counters flushed)", why);
+    {
+        const struct daemon_bounds *b = &d->bounds;
+        if (b->refused || b->evicted || b->dropped_fds || b->dropped_bytes || b->frame_timeouts ||
+            b->accept_errors)
+            LOG_INFO("shoald", "limits this run: %llu connections refused, %llu made room, "
+                     "%llu dropped for descriptors, %llu for bytes, %llu frame deadlines, "
+                     "%llu accept failures", (unsigned long long)b->refused,
+                     (unsigned long long)b->evicted, (unsigned long long)b->dropped_fds,
+                     (unsigned long long)b->dropped_bytes, (unsigned long long)b->frame_timeouts,
+                     (unsigned long long)b->accept_errors);
+    }
     notify("STOPPING=1\nSTATUS=stopping (%s): parking transfers, flushing counters", why);
     metrics_stop(d);
     server_close(d);
@@ -197,11 +230,69 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     shoal_err err = { 0 };
     (void)fd;
     (void)what;
+    static unsigned ticks;
     if (cache_flush_due(d->cache) && cache_flush(d->cache, &err) != 0)
         LOG_WARN("shoald", "flushing counters: %s", err.msg);
+    /* free disk space changes under us (other files, our own blocks) */
+    if (++ticks % 10 == 0 && cache_budget_refresh(d->cache, &err) != 0)
+        LOG_WARN("shoald", "budget: %s", err.msg);
 }
 
 /* ---- start-up -------------------------------------------------------------------------- */
+
+/* ---- the home's permissions ------------------------------------------------------ */
+
+static unsigned perm_fixed;
+
+static int perm_fix(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    mode_t want = type == FTW_D ? 0700 : 0600;
+    (void)ftw;
+    if (type != FTW_F && type != FTW_D)
+        return 0;   /* symlinks and the unreadable are left as they are */
+    if (st->st_uid == geteuid() && (st->st_mode & 07777) != want && chmod(path, want) == 0)
+        perm_fixed++;
+    return 0;
+}
+
+/* The home is this user's alone: refuse one owned by another user or that
+ * others may write (what they planted stays a risk); make it 0700 and
+ * everything under it 0700 / 0600, whatever an older shoald or a umask
+ * left (blobs and index.db 0644 let another user read cached bytes and
+ * the signed CDN URLs).  The walk runs only when the home or index.db is
+ * not private yet (K3's 85,000 blobs: a fraction of a second, once). */
+static int home_secure(const char *home, shoal_err *err)
+{
+    struct stat st, db;
+    char idx[SHOAL_PATH_MAX];
+    int walk;
+
+    if (lstat(home, &st) != 0)
+        return shoal_err_set(err, shoal_err_from_errno(errno), "%s: %s", home, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return shoal_err_set(err, SHOAL_EINVAL, "%s is not a directory: pass --home DIR", home);
+    if (st.st_uid != geteuid())
+        return shoal_err_set(err, SHOAL_ELOCKED, "%s belongs to uid %u, not to you (uid %u): shoald "
+                             "keeps its cache in a directory that is yours alone; use --home on "
+                             "a directory of your own", home, (unsigned)st.st_uid,
+                             (unsigned)geteuid());
+    if (st.st_mode & 0022)
+        return shoal_err_set(err, SHOAL_EUNSUPPORTED, "%s is writable by %s (mode %04o): another user "
+                             "could have replaced its files; check them, then `chmod 700 %s`, or "
+                             "use another --home", home, st.st_mode & 0002 ? "others" : "its group",
+                             (unsigned)(st.st_mode & 07777), home);
+    walk = (st.st_mode & 07777) != 0700;
+    if (shoal_path_join(idx, sizeof idx, home, "index.db") == 0 && stat(idx, &db) == 0 &&
+        (db.st_mode & 0077))
+        walk = 1;
+    if (walk) {
+        perm_fixed = 0;
+        nftw(home, perm_fix, 16, FTW_PHYS);
+        LOG_INFO("shoald", "%s made private: %u files and directories set to 0600 / 0700", home,
+                 perm_fixed);
+    }
+    return 0;
+}
 
 static int config_build(const opts *o, daemon_config *cfg, shoal_err *err)
 {
@@ -220,6 +311,8 @@ static int config_build(const opts *o, daemon_config *cfg, shoal_err *err)
         if (realpath(cfg->home, real) && strlen(real) < sizeof cfg->home)
             memcpy(cfg->home, real, strlen(real) + 1);
     }
+    if (home_secure(cfg->home, err) != 0)
+        return err->code;
     n = snprintf(cfg->socket_path, sizeof cfg->socket_path, "%s/shoald.sock", cfg->home);
     if (n < 0 || (size_t)n >= sizeof cfg->socket_path)
         return shoal_err_set(err, SHOAL_ETOOBIG, "%s/shoald.sock is too long for a Unix socket "
@@ -257,7 +350,7 @@ static int daemon_open(shoald *d, shoal_err *err)
     cc.no_fsync = d->cfg.no_fsync;
     cc.manual_wal_checkpoint = 1;   /* a worker syncs index.db (work.c), never the loop */
     rc = cache_open(d->cfg.home, &cc, &d->cache, &rep, err);
-    if (rc == SHOAL_ELOCKED)
+    if (rc == SHOAL_ELOCKED && strstr(err->msg, "in use by process"))
         return shoal_err_wrap(err, rc, "another shoald is running on %s", d->cfg.home);
     if (rc == SHOAL_EINVAL && d->cfg.set[DSET_MAX_SIZE].from == DSET_FILE)
         return shoal_err_wrap(err, rc, "max-size = %s in %s: pass a smaller --max-size (it "
@@ -412,6 +505,7 @@ int main(int argc, char **argv)
         return shoal_cli_usage_error(&SPEC, "--log-level takes error|warn|info|debug|trace, "
                                      "not '%s'", o.log_level);
     }
+    umask(077);   /* every file shoald makes is its user's alone */
     if (config_build(&o, &d.cfg, &err) != 0) {
         fprintf(stderr, "shoald: %s\n", err.msg);
         return err.code == SHOAL_EINVAL ? SHOAL_EXIT_USAGE : shoal_exit_for(err.code);

@@ -6,6 +6,16 @@
  * and accepting connections onto conn.c.  Does not own the lock that keeps
  * a second daemon off the cache (cache_open takes it first, so by the time
  * we get here a socket that refuses connections is stale).
+ *
+ * Also owns: the limits in force (cfg.lim cut to what RLIMIT_NOFILE
+ * leaves: half of the descriptors beyond DAEMON_FD_RESERVE for
+ * connections, the rest for descriptors queued to them), refusing a
+ * newcomer at the connection cap (an ERROR written straight to its
+ * socket, then closed; conn_admit decides), and the accept back-off: when
+ * accept fails for want of descriptors or memory the listener pauses 50
+ * ms, doubling to 1 s while it keeps failing, instead of spinning on a
+ * socket that stays readable; the failures are logged at most once per
+ * 10 s with their count.
  */
 #include "daemon/daemon_int.h"
 #include "common/log.h"
@@ -13,7 +23,9 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -34,22 +46,108 @@ static int socket_alive(const char *path)
     return alive;
 }
 
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 1000
+
+static shoal_log_limit log_accept, log_refused;
+
+static void server_on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    shoald *d = arg;
+    (void)fd;
+    (void)what;
+    if (d->ev_accept && !d->stopping)
+        event_add(d->ev_accept, NULL);
+}
+
+/* accept failed for want of something that frees itself: pause. */
+static void server_backoff(shoald *d, int e)
+{
+    struct timeval tv;
+    d->bounds.accept_errors++;
+    d->accept_backoff_ms = d->accept_backoff_ms ? d->accept_backoff_ms * 2 : BACKOFF_MIN_MS;
+    if (d->accept_backoff_ms > BACKOFF_MAX_MS)
+        d->accept_backoff_ms = BACKOFF_MAX_MS;
+    LOG_WARN_LIMITED(&log_accept, "server", "accept: %s (%u connections, %u descriptors queued): "
+                     "new connections paused for %u ms", strerror(e), d->nconns, d->out_fds,
+                     d->accept_backoff_ms);
+    event_del(d->ev_accept);
+    tv.tv_sec = d->accept_backoff_ms / 1000;
+    tv.tv_usec = (suseconds_t)(d->accept_backoff_ms % 1000) * 1000;
+    event_add(d->ev_resume, &tv);
+}
+
+/* At the cap with nobody to make room for it: say so, close. */
+static void server_refuse(shoald *d, int fd, uint32_t uid)
+{
+    shoal_msg_builder mb = { 0 };
+    char msg[200];
+    int n = snprintf(msg, sizeof msg, "shoald serves its cap of %u connections (--max-conns): "
+                     "try again when one closes", d->lim.conns);
+    d->bounds.refused++;
+    LOG_WARN_LIMITED(&log_refused, "server", "connection from uid %u refused: %u connections "
+                     "open (--max-conns %u)", (unsigned)uid, d->nconns, d->lim.conns);
+    shoal_msg_begin(&mb, SHOAL_MSG_ERROR, SHOAL_MSG_F_LAST, 0);
+    shoal_msg_put_i32(&mb, SHOAL_EBUSY);
+    shoal_msg_put_str(&mb, msg, (size_t)n);
+    if (shoal_msg_end(&mb) == 0 && send(fd, mb.buf.data, mb.buf.len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+        LOG_DEBUG("server", "refusing a connection: %s", strerror(errno));
+    shoal_msg_builder_free(&mb);
+    close(fd);
+}
+
 static void server_on_accept(evutil_socket_t lfd, short what, void *arg)
 {
     shoald *d = arg;
     (void)what;
     for (int i = 0; i < 64; i++) {
+        struct ucred cr = { 0 };
+        socklen_t cl = sizeof cr;
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EINTR)
+            int e = errno;
+            if (e == EINTR || e == ECONNABORTED)
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                LOG_WARN("server", "accept: %s", strerror(errno));
+            if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM)
+                server_backoff(d, e);
+            else if (e != EAGAIN && e != EWOULDBLOCK)
+                LOG_WARN_LIMITED(&log_accept, "server", "accept: %s", strerror(e));
             return;
         }
-        if (d->stopping || conn_new(d, fd) != 0)
+        d->accept_backoff_ms = 0;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0)
+            cr.uid = (uid_t)-1;
+        if (d->stopping) {
             close(fd);
+        } else if (!conn_admit(d, (uint32_t)cr.uid)) {
+            server_refuse(d, fd, (uint32_t)cr.uid);
+        } else if (conn_new(d, fd, (uint32_t)cr.uid) != 0) {
+            close(fd);
+        }
     }
+}
+
+/* cfg.lim cut to the descriptors this process may open. */
+static void server_limits(shoald *d)
+{
+    struct rlimit rl;
+    uint64_t nofile = 1u << 20, spare;
+    d->lim = d->cfg.lim;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        nofile = rl.rlim_cur;
+    spare = nofile > DAEMON_FD_RESERVE + 4u * (unsigned)d->cfg.parallel + 32
+                ? nofile - DAEMON_FD_RESERVE - 4u * (unsigned)d->cfg.parallel : 32;
+    if (d->lim.conns > spare / 2)
+        d->lim.conns = (unsigned)(spare / 2);
+    if (d->lim.fds > spare - d->lim.conns)
+        d->lim.fds = (unsigned)(spare - d->lim.conns);
+    if (d->lim.conn_fds > d->lim.fds)
+        d->lim.conn_fds = d->lim.fds;
+    LOG_INFO("server", "limits: %u connections, %u descriptors queued (%u per connection), "
+             "%llu MiB buffered, frames within %u s (%llu descriptors open at most)",
+             d->lim.conns, d->lim.fds, d->lim.conn_fds,
+             (unsigned long long)(d->lim.buffered >> 20), d->lim.frame_secs,
+             (unsigned long long)nofile);
 }
 
 int server_listen(shoald *d, shoal_err *err)
@@ -89,8 +187,10 @@ int server_listen(shoald *d, shoal_err *err)
         return shoal_err_set(err, shoal_err_from_errno(e), "listen on %s: %s", path, strerror(e));
     }
     d->listen_fd = fd;
+    server_limits(d);
     d->ev_accept = event_new(d->base, fd, EV_READ | EV_PERSIST, server_on_accept, d);
-    if (!d->ev_accept || event_add(d->ev_accept, NULL) != 0) {
+    d->ev_resume = evtimer_new(d->base, server_on_resume, d);
+    if (!d->ev_accept || !d->ev_resume || event_add(d->ev_accept, NULL) != 0) {
         server_close(d);
         return shoal_err_set(err, SHOAL_ENOMEM, "cannot watch the listening socket");
     }
@@ -103,6 +203,10 @@ void server_close(shoald *d)
     if (d->ev_accept) {
         event_free(d->ev_accept);
         d->ev_accept = NULL;
+    }
+    if (d->ev_resume) {
+        event_free(d->ev_resume);
+        d->ev_resume = NULL;
     }
     if (d->listen_fd >= 0) {
         close(d->listen_fd);

@@ -2,7 +2,7 @@
  *
  * Owns: the settings table (budget, parallel transfers, the smallest part,
  * whether BF16 spine matrices stay pinned after their derived pack
- * exists), reading the file, putting the command line over it, writing
+ * exists, the connection limits, the low-speed limit), reading the file, putting the command line over it, writing
  * the file back when the command line gave a setting, and the settings as
  * STATS shows them.  Does not own the other flags (--log, --detach, ...:
  * they describe one run, main.c) nor what a setting does.
@@ -72,6 +72,67 @@ static int parse_keep_spine(const char *v, daemon_config *cfg)
     return SHOAL_EINVAL;
 }
 
+static int parse_uint(const char *v, long lo, long hi, unsigned *out)
+{
+    long n;
+    if (shoal_long_parse(v, lo, hi, &n) != 0)
+        return SHOAL_EINVAL;
+    *out = (unsigned)n;
+    return 0;
+}
+
+static int parse_max_conns(const char *v, daemon_config *cfg)
+{
+    return parse_uint(v, 4, 65536, &cfg->lim.conns);
+}
+
+static int parse_max_conn_fds(const char *v, daemon_config *cfg)
+{
+    return parse_uint(v, 16, 1 << 20, &cfg->lim.conn_fds);
+}
+
+static int parse_max_fds(const char *v, daemon_config *cfg)
+{
+    return parse_uint(v, 16, 1 << 24, &cfg->lim.fds);
+}
+
+static int parse_max_buffered(const char *v, daemon_config *cfg)
+{
+    uint64_t n;
+    /* one whole frame (1 MiB + 24) and a read chunk must fit */
+    if (shoal_size_parse(v, &n) != 0 || n < (4u << 20))
+        return SHOAL_EINVAL;
+    cfg->lim.buffered = n;
+    return 0;
+}
+
+static int parse_frame_timeout(const char *v, daemon_config *cfg)
+{
+    return parse_uint(v, 1, 3600, &cfg->lim.frame_secs);
+}
+
+/* RATE/SECS ("10K/30"), or off. */
+static int parse_low_speed(const char *v, daemon_config *cfg)
+{
+    char rate[32];
+    const char *slash = strchr(v, '/');
+    uint64_t r;
+    unsigned secs;
+    if (strcasecmp(v, "off") == 0) {
+        cfg->low_speed_rate = 0;
+        return 0;
+    }
+    if (!slash || (size_t)(slash - v) >= sizeof rate)
+        return SHOAL_EINVAL;
+    memcpy(rate, v, (size_t)(slash - v));
+    rate[slash - v] = '\0';
+    if (shoal_size_parse(rate, &r) != 0 || r == 0 || parse_uint(slash + 1, 1, 3600, &secs) != 0)
+        return SHOAL_EINVAL;
+    cfg->low_speed_rate = r;
+    cfg->low_speed_secs = secs;
+    return 0;
+}
+
 static const struct {
     const char *key;
     setting_parse_fn parse;
@@ -81,6 +142,12 @@ static const struct {
     [DSET_PARALLEL] = { "parallel", parse_parallel, "1..64" },
     [DSET_SPLIT_MIN] = { "split-min", parse_split_min, "a size such as 4M, or never" },
     [DSET_KEEP_SPINE] = { "keep-spine", parse_keep_spine, "yes or no" },
+    [DSET_MAX_CONNS] = { "max-conns", parse_max_conns, "4..65536" },
+    [DSET_MAX_CONN_FDS] = { "max-conn-fds", parse_max_conn_fds, "16..1048576" },
+    [DSET_MAX_FDS] = { "max-fds", parse_max_fds, "16..16777216" },
+    [DSET_MAX_BUFFERED] = { "max-buffered", parse_max_buffered, "a size of 4M or more" },
+    [DSET_FRAME_TIMEOUT] = { "frame-timeout", parse_frame_timeout, "seconds, 1..3600" },
+    [DSET_LOW_SPEED] = { "low-speed", parse_low_speed, "RATE/SECS such as 10K/30, or off" },
 };
 
 static const char *const from_names[] = { "default", SETTINGS_FILE, "command line" };
@@ -146,7 +213,9 @@ static int settings_read(daemon_config *cfg, shoal_err *err)
             k++;
         if (k == DSET_COUNT)
             rc = shoal_err_set(err, SHOAL_EINVAL, "%s line %d: unknown setting \"%.64s\" (known: "
-                               "max-size, parallel, split-min, keep-spine)", cfg->conf_path, n, key);
+                               "max-size, parallel, split-min, keep-spine, max-conns, "
+                               "max-conn-fds, max-fds, max-buffered, frame-timeout, low-speed)",
+                               cfg->conf_path, n, key);
         else if (setting_set(cfg, k, val, DSET_FILE) != 0)
             rc = shoal_err_set(err, SHOAL_EINVAL, "%s line %d: %s takes %s, not \"%.64s\" (fix "
                                "or remove the line)", cfg->conf_path, n, key, settings[k].hint, val);
@@ -184,6 +253,13 @@ int settings_apply(daemon_config *cfg, const char *const args[DSET_COUNT], shoal
     cfg->split_min = 0;
     cfg->max_size = 0;
     cfg->keep_spine = 0;
+    cfg->lim.conns = DAEMON_DEFAULT_CONNS;
+    cfg->lim.conn_fds = DAEMON_DEFAULT_CONN_FDS;
+    cfg->lim.fds = DAEMON_DEFAULT_FDS;
+    cfg->lim.buffered = DAEMON_DEFAULT_BUFFERED;
+    cfg->lim.frame_secs = DAEMON_DEFAULT_FRAME_SECS;
+    cfg->low_speed_rate = DAEMON_DEFAULT_LOW_SPEED_RATE;
+    cfg->low_speed_secs = DAEMON_DEFAULT_LOW_SPEED_SECS;
     memset(cfg->set, 0, sizeof cfg->set);
     if (shoal_path_join(cfg->conf_path, sizeof cfg->conf_path, cfg->home, SETTINGS_FILE) != 0)
         return shoal_err_set(err, SHOAL_ETOOBIG, "home path too long");
@@ -228,6 +304,13 @@ void *settings_json(const daemon_config *cfg)
     /* 0: the fetcher's default; -1: never split */
     shoal_json_set_int(o, "split_min", cfg->split_min == UINT64_MAX ? -1 : (int64_t)cfg->split_min);
     shoal_json_set_take(o, "keep_spine", shoal_json_new_bool(cfg->keep_spine));
+    shoal_json_set_int(o, "max_conns", cfg->lim.conns);
+    shoal_json_set_int(o, "max_conn_fds", cfg->lim.conn_fds);
+    shoal_json_set_int(o, "max_fds", cfg->lim.fds);
+    shoal_json_set_int(o, "max_buffered", (int64_t)cfg->lim.buffered);
+    shoal_json_set_int(o, "frame_timeout", cfg->lim.frame_secs);
+    shoal_json_set_int(o, "low_speed_rate", (int64_t)cfg->low_speed_rate);
+    shoal_json_set_int(o, "low_speed_secs", cfg->low_speed_secs);
     for (int k = 0; k < DSET_COUNT; k++)
         shoal_json_set_str(from, settings[k].key, settings_from(cfg, k));
     shoal_json_set_take(o, "from", from);

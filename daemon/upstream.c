@@ -320,6 +320,8 @@ int upstream_model_prepare(const daemon_config *cfg, const char *spec, cache *si
     o.split_ways = cfg->parallel;
     o.demand_headroom = cfg->parallel / 2 < 1 ? 1 : cfg->parallel / 2;   /* upstream_headroom */
     o.split_min = cfg->split_min;
+    o.low_speed_rate = cfg->low_speed_rate ? cfg->low_speed_rate : FETCH_LOW_SPEED_OFF;
+    o.low_speed_secs = (long)cfg->low_speed_secs;
     o.offline = cfg->offline;
     o.hf_cache = cfg->hf_cache[0] ? cfg->hf_cache : NULL;
     o.peer_memo = cfg->peer_memo[0] ? cfg->peer_memo : NULL;

@@ -354,16 +354,22 @@ static warm_job *job_alloc(struct warm *W, uint64_t id, const char *spec)
 {
     warm_job *j;
     if (W->njobs >= DAEMON_JOBS_MAX) {
-        /* Forget the oldest finished job. */
+        /* Forget the oldest finished job (the smallest id: the files load in
+         * any order), its file too, so jobs/ holds what is remembered. */
         warm_job **pp, **old = NULL;
+        char name[32], path[SHOAL_PATH_MAX];
         for (pp = &W->jobs; *pp; pp = &(*pp)->next)
-            if ((*pp)->state >= JOB_DONE)
+            if ((*pp)->state >= JOB_DONE && (!old || (*pp)->id < (*old)->id))
                 old = pp;
         if (!old)
             return NULL;
         j = *old;
         *old = j->next;
         W->njobs--;
+        snprintf(name, sizeof name, "%llu.json", (unsigned long long)j->id);
+        if (shoal_path_join(path, sizeof path, W->dir, name) == 0 && unlink(path) != 0 &&
+            errno != ENOENT)
+            LOG_WARN("warm", "removing %s: %s", path, strerror(errno));
         job_free(W, j);
     }
     j = calloc(1, sizeof *j);

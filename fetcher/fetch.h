@@ -46,6 +46,10 @@
 #define FETCH_DEFAULT_SPLIT_MIN  (2ull << 20)
 /* fetch_options.split_min: never split an object. */
 #define FETCH_SPLIT_NEVER        UINT64_MAX
+/* The low-speed limit: a transfer below 10 KB/s over 30 s is a stall. */
+#define FETCH_DEFAULT_LOW_SPEED_RATE (10u << 10)
+#define FETCH_DEFAULT_LOW_SPEED_SECS 30
+#define FETCH_LOW_SPEED_OFF      UINT64_MAX
 
 /* Item priorities: a free connection serves the best (lowest) first. */
 enum { FETCH_PRIO_DEMAND = 0, FETCH_PRIO_PREFETCH = 1, FETCH_PRIO_WARM = 2, FETCH_PRIO_COUNT = 3 };
@@ -69,6 +73,12 @@ typedef struct fetch_options {
     int         max_attempts;    /* failures in a row without a byte of
                                     progress before giving up; 0: 8 */
     long        stall_secs;      /* no byte for this long: retry; 0: 30 */
+    uint64_t    low_speed_rate;  /* slower than this many bytes/s over
+                                    low_speed_secs: a stall, retried on a fresh
+                                    connection, counted as a failed attempt;
+                                    0: FETCH_DEFAULT_LOW_SPEED_RATE;
+                                    FETCH_LOW_SPEED_OFF: never */
+    long        low_speed_secs;  /* 0: FETCH_DEFAULT_LOW_SPEED_SECS */
     long        connect_timeout_ms;   /* 0: 10000 */
     long        backoff_ms;      /* first backoff step; 0: 1000 */
     long        backoff_max_ms;  /* cap; 0: 8000 */
@@ -151,6 +161,7 @@ typedef struct fetch_stats {
     uint64_t retries;            /* requests repeated after a failure */
     uint64_t refused;            /* answers refused by the 206 check */
     uint64_t resumed;            /* retries that continued mid-object */
+    uint64_t slow;               /* transfers stopped below the low-speed limit */
     uint64_t peer_hashed;        /* bytes of HF cache blobs hashed */
 } fetch_stats;
 

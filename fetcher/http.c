@@ -211,11 +211,25 @@ int http_curl_code_map(CURLcode cc)
     switch (cc) {
     case CURLE_OPERATION_TIMEDOUT: return SHOAL_ETIMEOUT;
     case CURLE_PARTIAL_FILE:       return SHOAL_EPROTO;
-    case CURLE_OUT_OF_MEMORY:      return SHOAL_ENOMEM;
+    /* libcurl 7.x says "Out of memory" for a header past CURL_MAX_HTTP_HEADER:
+     * a property of the answer, not worth retrying, and not our memory */
+    case CURLE_OUT_OF_MEMORY:      return SHOAL_ETOOBIG;
     case CURLE_URL_MALFORMAT:
     case CURLE_UNSUPPORTED_PROTOCOL: return SHOAL_EINVAL;
     default:                       return SHOAL_ENET;
     }
+}
+
+const char *http_curl_strerror(CURLcode cc, const char *errbuf)
+{
+    if (cc == CURLE_OUT_OF_MEMORY
+#if LIBCURL_VERSION_NUM >= 0x080600
+        || cc == CURLE_TOO_LARGE
+#endif
+       )
+        return "the answer's header is too large (a header line over libcurl's 100 KB limit; "
+               "libcurl says \"Out of memory\"): the server or a proxy in between sent it";
+    return errbuf && errbuf[0] ? errbuf : curl_easy_strerror(cc);
 }
 
 void http_user_agent(char *out, size_t cap)

@@ -69,6 +69,11 @@ int http_status_retryable(long status);
 
 /* CURLcode -> SHOAL_E*. */
 int http_curl_code_map(CURLcode cc);
+/* What to say for a failed transfer: errbuf (CURLOPT_ERRORBUFFER, may be
+ * NULL or empty) or libcurl's text, except for what libcurl calls "Out of
+ * memory" when an answer's header line is past its 100 KB limit
+ * (CURL_MAX_HTTP_HEADER), which is named as such. */
+const char *http_curl_strerror(CURLcode cc, const char *errbuf);
 /* 1 for the failures that say the host cannot be reached at all (refused,
  * no such host): the caller gives up soon with SHOAL_EOFFLINE instead of
  * retrying for a minute (docs/fetcher.md, "Offline"). */

@@ -334,7 +334,7 @@ static int hub_perform(hub_client *c, const char *what, const char *url, shoal_e
             return shoal_err_set(err, SHOAL_ETIMEOUT, "%s %s: no progress for %ld s (stalled)",
                                  what, url, c->stall_secs);
         return shoal_err_set(err, code, "%s %s: %s", what, url,
-                             c->errbuf[0] ? c->errbuf : curl_easy_strerror(cc));
+                             http_curl_strerror(cc, c->errbuf));
     }
     if (c->hdr.too_long)
         return shoal_err_set(err, SHOAL_ETOOBIG, "%s %s: a response header is too long", what, url);

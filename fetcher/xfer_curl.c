@@ -55,7 +55,20 @@ static size_t on_xfer_body(char *p, size_t size, size_t n, void *arg)
 }
 
 /* Stall detection per transfer (see hub.c: the low-speed window alone
- * notices silence after a burst late). */
+ * notices silence after a burst late), and the low-speed limit: fewer
+ * than low_speed_rate x low_speed_secs bytes in a window of
+ * low_speed_secs is a stall too, so a server that drips a byte now and
+ * then (each one progress) cannot hold a transfer forever. */
+static uint64_t low_speed_rate(const fetch_session *s)
+{
+    return s->u->o.low_speed_rate ? s->u->o.low_speed_rate : FETCH_DEFAULT_LOW_SPEED_RATE;
+}
+
+static long low_speed_secs(const fetch_session *s)
+{
+    return s->u->o.low_speed_secs > 0 ? s->u->o.low_speed_secs : FETCH_DEFAULT_LOW_SPEED_SECS;
+}
+
 static int on_xfer_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                             curl_off_t ulnow)
 {
@@ -64,6 +77,16 @@ static int on_xfer_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, cur
     (void)dltotal;
     (void)ultotal;
     (void)ulnow;
+    if (low_speed_rate(x->s) != FETCH_LOW_SPEED_OFF &&
+        now - x->ls_ns >= (uint64_t)low_speed_secs(x->s) * 1000000000ull) {
+        uint64_t want = low_speed_rate(x->s) * (uint64_t)low_speed_secs(x->s);
+        if ((uint64_t)(dlnow - x->ls_bytes) < want) {
+            x->stalled = x->slow = 1;
+            return 1;
+        }
+        x->ls_ns = now;
+        x->ls_bytes = dlnow;
+    }
     if (dlnow != x->stall_bytes) {
         x->stall_bytes = dlnow;
         x->stall_ns = now;
@@ -132,7 +155,7 @@ static void start_request(xfer *x)
     }
     x->req_first = x->pos;
     x->pos_at_start = x->pos;
-    x->checked = x->refused = x->status_err = x->fatal = x->stalled = 0;
+    x->checked = x->refused = x->status_err = x->fatal = x->stalled = x->slow = 0;
     shoal_err_clear(&x->xerr);
     memset(&x->hdr, 0, sizeof x->hdr);
     snprintf(range, sizeof range, "%" PRIu64 "-%" PRIu64, x->req_first, x->last);
@@ -152,8 +175,12 @@ static void start_request(xfer *x)
     curl_easy_setopt(x->h, CURLOPT_LOW_SPEED_TIME, s->u->o.stall_secs + 1);
     curl_easy_setopt(x->h, CURLOPT_BUFFERSIZE, 512L * 1024);
     curl_easy_setopt(x->h, CURLOPT_PRIVATE, x);
-    x->stall_ns = shoal_now_ns();
-    x->stall_bytes = 0;
+    if (x->fresh) {   /* after a slow answer: not the same connection again */
+        curl_easy_setopt(x->h, CURLOPT_FRESH_CONNECT, 1L);
+        x->fresh = 0;
+    }
+    x->stall_ns = x->ls_ns = shoal_now_ns();
+    x->stall_bytes = x->ls_bytes = 0;
     x->state = X_RUNNING;
     s->u->st.requests++;
     mc = curl_multi_add_handle(s->multi, x->h);
@@ -281,7 +308,7 @@ static void resolve_done(resolver *r, CURLcode cc)
         if (++r->attempts >= s->u->o.max_attempts) {
             shoal_err_set(&e, SHOAL_ENET, "resolving %s: %s; giving up after %d attempts "
                           "(too many failures)", mf->path,
-                          cc != CURLE_OK ? curl_easy_strerror(cc) : "busy", r->attempts);
+                          cc != CURLE_OK ? http_curl_strerror(cc, NULL) : "busy", r->attempts);
             xf_session_fail(s, e.code, e.msg);
             return;
         }
@@ -374,8 +401,12 @@ static void xfer_retry(xfer *x, long hint_s, const char *why)
     seg *g = &x->segs[x->cur];
     long ms;
 
-    if (x->pos > x->pos_at_start)
+    if (x->pos > x->pos_at_start && !x->slow)
         x->attempts = 0;   /* progress: the failure count starts again */
+    if (x->slow) {         /* a drip is not progress: this attempt counts */
+        s->u->st.slow++;
+        x->fresh = 1;
+    }
     if (++x->attempts >= s->u->o.max_attempts) {
         shoal_err e;
         shoal_err_set(&e, SHOAL_ENET, "%s bytes %" PRIu64 "-%" PRIu64 ": %s; giving up after "
@@ -440,9 +471,14 @@ static void xfer_done(xfer *x, CURLcode cc)
                       s->m->files[x->file].path, x->pos, x->last, curl_easy_strerror(cc));
         xf_session_fail(s, e.code, e.msg);
     } else {
-        snprintf(why, sizeof why, "%s", x->stalled ? "stalled (no byte for the stall timeout)"
-                                   : cc != CURLE_OK ? curl_easy_strerror(cc)
-                                   : "the body ended early");
+        if (x->slow)
+            snprintf(why, sizeof why, "stalled (below the low-speed limit: fewer than %llu "
+                     "bytes/s over %ld s)", (unsigned long long)low_speed_rate(s),
+                     low_speed_secs(s));
+        else
+            snprintf(why, sizeof why, "%s", x->stalled ? "stalled (no byte for the stall timeout)"
+                                       : cc != CURLE_OK ? http_curl_strerror(cc, NULL)
+                                       : "the body ended early");
         xfer_retry(x, -1, why);
     }
 }

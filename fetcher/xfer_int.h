@@ -96,6 +96,10 @@ typedef struct xfer {
     uint64_t      stall_ns;
     curl_off_t    stall_bytes;
     int           stalled;
+    int           slow;             /* stopped below the low-speed limit */
+    int           fresh;            /* the next request on a new connection */
+    uint64_t      ls_ns;            /* the low-speed window's start */
+    curl_off_t    ls_bytes;         /* ... and the bytes then */
     struct xfer  *next;
 } xfer;
 

@@ -164,6 +164,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
         fprintf(stderr, "run: --tokens needs comma-separated integer ids\n");
         return 2;
     }
+    /* --chunk auto: the prompt through each layer at once if the plan allows */
+    o->c.load.plan.chunk_max = o->n_tokens;
     return 0;
 }
 
@@ -230,6 +232,8 @@ typedef struct gen_out {
     double *step_ms;     /* [n]: prefill for 0, decode after */
     double *wait_ms;     /* [n]: of which waiting for experts */
     uint64_t prefill_loads, prefill_uses;
+    uint64_t *layer_loads;  /* [n_layers] distinct experts the prefill fetched */
+    uint64_t prefill_chunks;
     uint64_t majflt_load, majflt_run;   /* major page faults: at load, while generating */
 } gen_out;
 
@@ -240,6 +244,19 @@ static int32_t argmax(const float *x, size_t n)
         if (x[i] > x[best])
             best = i;
     return (int32_t)best;
+}
+
+/* Per-layer distinct loads: before the prefill (0: remember them), after
+ * it (1: keep the difference). */
+static void layer_loads_take(const engine_session *s, const engine_model *m, uint64_t *v,
+                             int after)
+{
+    if (!v)
+        return;
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) {
+        uint64_t now = engine_session_layer_loads(s, (int)l);
+        v[l] = after ? now - v[l] : now;
+    }
 }
 
 static int generate(const run_opts *o, engine_session *s, const engine_model *m, gen_out *g,
@@ -256,6 +273,8 @@ static int generate(const run_opts *o, engine_session *s, const engine_model *m,
         engine_session_stats b, a;
         engine_session_stats_get(s, &b);
         if (step == 0)
+            layer_loads_take(s, m, g->layer_loads, 0);
+        if (step == 0)
             rc = engine_session_run(s, o->tokens, o->n_tokens, logits, err);
         else
             rc = engine_session_run(s, &g->ids[g->n - 1], 1, logits, err);
@@ -268,6 +287,8 @@ static int generate(const run_opts *o, engine_session *s, const engine_model *m,
             g->prefill_ms = g->step_ms[0];
             g->prefill_loads = a.expert_loads - b.expert_loads;
             g->prefill_uses = a.expert_uses - b.expert_uses;
+            g->prefill_chunks = a.chunks - b.chunks;
+            layer_loads_take(s, m, g->layer_loads, 1);
         }
         if (g->logits)
             memcpy(g->logits + g->n * v, logits, v * sizeof *logits);
@@ -313,6 +334,24 @@ static void print_recall(const engine_session *s, const engine_model *m,
     fputc('\n', stderr);
 }
 
+/* The prefill's distinct experts per MoE layer against the bound: one
+ * chunk of T tokens needs at most min(T x top-k, experts) of a layer. */
+static void print_layer_loads(const run_opts *o, const gen_out *g, const engine_model *m)
+{
+    uint64_t k = (uint64_t)m->cfg.n_experts_per_token, e = (uint64_t)m->cfg.n_experts;
+    uint64_t bound = (uint64_t)o->n_tokens * k < e ? (uint64_t)o->n_tokens * k : e;
+
+    if (!g->layer_loads || m->cfg.n_moe_layers == 0)
+        return;
+    fprintf(stderr, "\nstats: prefill of %zu tokens in %" PRIu64 " chunk%s: distinct experts read "
+            "per MoE layer / bound min(tokens x top-k, experts) = %" PRIu64 ":", o->n_tokens,
+            g->prefill_chunks, g->prefill_chunks == 1 ? "" : "s", bound);
+    for (int64_t l = 0; l < m->cfg.n_layers; l++)
+        if (m->cfg.layers[l].moe)
+            fprintf(stderr, " L%lld %" PRIu64 "/%" PRIu64 ";", (long long)l, g->layer_loads[l],
+                    bound);
+}
+
 static void print_stats(const run_opts *o, const gen_out *g, const engine_session *s,
                         const expert_source *src, const engine_model *m)
 {
@@ -334,6 +373,7 @@ static void print_stats(const run_opts *o, const gen_out *g, const engine_sessio
         fprintf(stderr, " %s %" PRIu64, expert_tier_name((expert_tier)t), es.hits[t]);
     fprintf(stderr, "\nstats: prefill loaded %" PRIu64 " distinct experts for %" PRIu64
             " token-expert uses (each expert of a chunk once)", g->prefill_loads, g->prefill_uses);
+    print_layer_loads(o, g, m);
     double tot = (double)st.total_ns / 1e6;
     fprintf(stderr, "\nstats: time %.1f ms: spine %.1f, experts %.1f, attention %.1f, waiting %.1f, "
             "other %.1f; per MoE layer %.3f ms\n", tot, (double)st.spine_ns / 1e6,
@@ -542,9 +582,10 @@ static int run_model(run_opts *o, shoal_err *err)
     g.ids = calloc((size_t)o->max_tokens + 1, sizeof *g.ids);
     g.step_ms = calloc((size_t)o->max_tokens + 1, sizeof *g.step_ms);
     g.wait_ms = calloc((size_t)o->max_tokens + 1, sizeof *g.wait_ms);
+    g.layer_loads = calloc((size_t)m->cfg.n_layers + 1, sizeof *g.layer_loads);
     if (o->dump_logits)
         g.logits = calloc((size_t)o->max_tokens * (size_t)m->cfg.vocab + 1, sizeof *g.logits);
-    if (!g.ids || !g.step_ms || !g.wait_ms || (o->dump_logits && !g.logits) || (o->dump_hidden && !hs.data)) {
+    if (!g.ids || !g.step_ms || !g.wait_ms || !g.layer_loads || (o->dump_logits && !g.logits) || (o->dump_hidden && !hs.data)) {
         rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
         goto done;
     }
@@ -587,6 +628,7 @@ done:
     free(g.ids);
     free(g.step_ms);
     free(g.wait_ms);
+    free(g.layer_loads);
     free(g.logits);
     return rc;
 }

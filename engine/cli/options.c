@@ -57,7 +57,8 @@ const shoal_cli_opt CLI_SHARED_OPTS[] = {
     { "home", 0, "DIR", OPT_HOME, "shoald's cache directory for hf:// models (default\n"
                                   "$SHOAL_HOME, else $XDG_CACHE_HOME/shoal, else ~/.cache/shoal)" },
     { "threads", 0, "N", OPT_THREADS, "compute threads (default: online cores)" },
-    { "chunk", 0, "N", OPT_CHUNK, "prefill chunk size (default 16)" },
+    { "chunk", 0, "N|auto", OPT_CHUNK, "prefill chunk: tokens per pass through a layer\n"
+                                       "(default auto: the largest the memory plan allows)" },
     { "stats", 0, NULL, OPT_STATS, "the plan, timings and tier figures on stderr" },
     { NULL, 0, NULL, 0, NULL },
 };
@@ -69,7 +70,7 @@ void cli_opts_init(cli_opts *o)
     memset(o, 0, sizeof *o);
     engine_load_options_default(&o->load);
     o->load.plan.threads = cores > 0 ? (int)cores : 1;
-    o->load.plan.chunk = 16;
+    o->load.plan.chunk = 0;              /* auto: the plan picks the prefill chunk */
 }
 
 static int pick(const char *val, const char *const *names, int n)
@@ -154,7 +155,11 @@ static int shared_set(cli_opts *o, int id, const char *val)
         l->plan.threads = (int)v;
         return 0;
     case OPT_CHUNK:
-        if (shoal_long_parse(val, 1, 4096, &v) != 0)
+        if (strcmp(val, "auto") == 0) {
+            l->plan.chunk = 0;
+            return 0;
+        }
+        if (shoal_long_parse(val, 1, PLAN_CHUNK_MAX, &v) != 0)
             return -1;
         l->plan.chunk = (size_t)v;
         return 0;

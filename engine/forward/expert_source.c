@@ -106,6 +106,12 @@ int expert_source_request(expert_source *src, int layer, const int32_t *ids, siz
     return src->more.request(src->impl, layer, ids, n, prefetch, err);
 }
 
+void expert_source_order(expert_source *src, int layer, int32_t *ids, size_t n)
+{
+    if (src->more.order && n > 1)
+        src->more.order(src->impl, layer, ids, n);
+}
+
 /* ---- local directory ------------------------------------------------------- */
 
 static int local_fetch(void *impl, int layer, const int32_t *ids, size_t n,
@@ -129,8 +135,33 @@ static int local_fetch(void *impl, int layer, const int32_t *ids, size_t n,
     return 0;
 }
 
+/* File order of a mapped model: a span's address.  Each shard is one
+ * mapping, so within a shard addresses ascend with the offset; shards
+ * follow each other in the order the kernel placed their mappings, and a
+ * layer's experts sit in one shard (or a few). */
+static int span_cmp(const void *a, const void *b, void *arg)
+{
+    const uint8_t *const *span = arg;
+    uintptr_t x = (uintptr_t)span[*(const int32_t *)a], y = (uintptr_t)span[*(const int32_t *)b];
+    return x < y ? -1 : x > y;
+}
+
+static void local_order(void *impl, int layer, int32_t *ids, size_t n)
+{
+    const engine_model *m = impl;
+
+    if (layer < 0 || layer >= m->cfg.n_layers || !m->layers[layer].info.moe ||
+        !m->layers[layer].moe.span)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->cfg.n_experts)
+            return;                    /* local_fetch names the bad id */
+    qsort_r(ids, n, sizeof *ids, span_cmp, (void *)m->layers[layer].moe.span);
+}
+
 expert_source *expert_source_local_new(const engine_model *m)
 {
     static const expert_source_ops ops = { local_fetch, NULL };
-    return expert_source_new(&ops, (void *)m);
+    static const expert_source_more_ops more = { NULL, NULL, local_order };
+    return expert_source_new_more(&ops, &more, (void *)m);
 }

@@ -175,7 +175,8 @@ int engine_session_new(const engine_model *m, const engine_session_options *opt,
     s->kda_conv = calloc((size_t)c->n_layers, sizeof *s->kda_conv);
     s->mla_c = calloc((size_t)c->n_layers, sizeof *s->mla_c);
     s->mla_r = calloc((size_t)c->n_layers, sizeof *s->mla_r);
-    if (!s->kda_S || !s->kda_conv || !s->mla_c || !s->mla_r)
+    s->layer_loads = calloc((size_t)c->n_layers, sizeof *s->layer_loads);
+    if (!s->kda_S || !s->kda_conv || !s->mla_c || !s->mla_r || !s->layer_loads)
         rc = SHOAL_ENOMEM;
     for (int64_t i = 0; rc == 0 && i < c->n_layers; i++) {
         if (c->layers[i].attn != K3_ATTN_KDA)
@@ -217,6 +218,7 @@ void engine_session_free(engine_session *s)
     free(s->kda_conv);
     free(s->mla_c);
     free(s->mla_r);
+    free(s->layer_loads);
     ws_free(&s->w);
     lookahead_free(s);
     free(s);
@@ -280,6 +282,11 @@ void engine_session_recall(const engine_session *s, int layer, engine_layer_reca
     memset(out, 0, sizeof *out);
     if (s->la.rec && layer >= 0 && layer < s->m->cfg.n_layers)
         *out = s->la.rec[layer];
+}
+
+uint64_t engine_session_layer_loads(const engine_session *s, int layer)
+{
+    return layer >= 0 && layer < s->m->cfg.n_layers ? s->layer_loads[layer] : 0;
 }
 
 /* ==== one chunk through the stack ========================================= */
@@ -682,6 +689,10 @@ static int layer_moe(engine_session *s, int layer, const float *x, size_t n, flo
         return rc;
     nu = moe_route(s, w, n);
     lookahead_observe(s, layer, ws->uniq, nu);
+    /* one pass over the layer's part of the files: the source asks for and
+     * reads the set in file order (results do not depend on the order:
+     * each expert's outputs go to their routing slots) */
+    expert_source_order(s->opt.src, layer, ws->uniq, nu);
     /* the experts go out now; everything up to the fetch overlaps their
      * transfer: the next layer's guess, the latent input, the shared experts */
     if ((rc = expert_source_request(s->opt.src, layer, ws->uniq, nu, 0, err)) ||
@@ -712,6 +723,7 @@ static int layer_moe(engine_session *s, int layer, const float *x, size_t n, flo
                                  (unsigned long long)(after.experts - before.experts), nu);
     }
     s->st.expert_loads += nu;
+    s->layer_loads[layer] += nu;
     s->st.moe_calls++;
     /* U = Σ w_e y_e in routing order; then RMSNorm and the up projection */
     for (size_t t = 0; t < n; t++) {

@@ -399,7 +399,9 @@ void spine_pack_rewind(spine_pack *p);
  *
  * Owns: the contract between the MoE layer and an expert provider.  The
  * layer asks once per MoE layer (and chunk) for every distinct expert it
- * needs; the source calls back once per expert, in whatever order the bytes
+ * needs, sorted into file order (expert_source_order: one pass over the
+ * layer's part of each file, however many tokens the chunk holds); the
+ * source calls back once per expert, in whatever order the bytes
  * become ready, with a borrowed pointer to the expert's whole span (the six
  * records back to back, k3.md §2: cfg.expert_bytes bytes) or with an error.
  * The layer computes each expert inside its callback, so I/O and compute
@@ -480,6 +482,10 @@ typedef struct expert_source_more_ops {
                    shoal_err *err);
     /* Optional: add the source's own counters (prefetch_*, ram_*). */
     void (*stats)(void *impl, expert_source_stats *out);
+    /* Optional: sort ids[0..n) of `layer` into the order their bytes lie
+     * in the model's files (file, then offset), the order a layer-major
+     * prefill asks for and reads them in. */
+    void (*order)(void *impl, int layer, int32_t *ids, size_t n);
 } expert_source_more_ops;
 
 /* Wrap an implementation (taken: freed by expert_source_free).  NULL on no
@@ -502,6 +508,10 @@ void expert_source_stats_get(const expert_source *src, expert_source_stats *out)
 /* See expert_source_more_ops.request; a no-op (0) for sources without it. */
 int expert_source_request(expert_source *src, int layer, const int32_t *ids, size_t n,
                           int prefetch, shoal_err *err);
+
+/* See expert_source_more_ops.order; ids are left as they are for sources
+ * without it. */
+void expert_source_order(expert_source *src, int layer, int32_t *ids, size_t n);
 
 /* The local-directory source over a bound model (borrowed: must outlive the
  * source).  NULL on no memory. */
@@ -558,11 +568,15 @@ typedef struct engine_expert_applier {
  * (part 4, borrowed), nor sampling (the caller picks tokens from
  * the logits).
  *
- * Chunked prefill: a chunk of n tokens runs layer by layer; every matrix
- * product takes the n vectors at once; sequential state (KDA conv and
- * recurrence, the MLA cache) advances token by token in position order; each
- * MoE layer fetches the union of the chunk's routed experts once.  Results do
- * not depend on n: see docs/engine.md for what is bit-identical and why.
+ * Layer-major prefill: a chunk of n tokens runs layer by layer; every
+ * matrix product takes the n vectors at once; sequential state (KDA conv
+ * and recurrence, the MLA cache) advances token by token in position order,
+ * so attention inside the chunk is causal; each MoE layer fetches the union
+ * of the chunk's routed experts once, in file order, and applies each to
+ * all its tokens as it arrives.  The chunk is as large as the memory plan
+ * allows (engine/plan: plan.chunk, up to 4096), so a prompt usually goes
+ * through each layer whole.  Results do not depend on n: see
+ * docs/engine.md for what is bit-identical and why.
  */
 
 /* Called after each layer with the layer output h of position `pos`
@@ -645,5 +659,10 @@ void engine_session_stats_get(const engine_session *s, engine_session_stats *out
 
 /* The predictors of `layer` (zeros for a dense layer). */
 void engine_session_recall(const engine_session *s, int layer, engine_layer_recall *out);
+
+/* Distinct experts MoE layer `layer` fetched, summed over its calls (one
+ * per chunk): a prefill of T tokens in one chunk fetches at most
+ * min(T x top-k, experts) (0 for a dense layer or a bad index). */
+uint64_t engine_session_layer_loads(const engine_session *s, int layer);
 
 #endif

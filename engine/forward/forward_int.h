@@ -66,6 +66,7 @@ struct engine_session {
     size_t mla_cap;
     session_ws w;
     engine_session_stats st;
+    uint64_t *layer_loads;    /* [n_layers] distinct experts fetched, summed over calls */
     int max_anchors;
     uint64_t scratch_bytes;   /* session_ws, kernels' act and expert scratch */
     lookahead la;

@@ -353,8 +353,8 @@ static void take_fit(plan *p, const k3_config *c, const fit *f, k3_spine_mode mo
     p->first_streamed_layer = (int)c->n_layers;
 }
 
-int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_options *o, plan *p,
-              shoal_err *err)
+static int plan_make_at(const k3_config *c, const shoal_mem_limits *lim, const plan_options *o,
+                        plan *p, shoal_err *err)
 {
     char a[32], b[32], d[32];
     int rc = plan_inputs(c, lim, o, p, err);
@@ -423,6 +423,52 @@ int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_option
     return 0;
 }
 
+/* chunk 0: the largest prefill chunk (most, most/2, ... above the
+ * minimum) whose plan, at the minimum chunk's context, keeps its spine
+ * and verdict and takes at most 1/PLAN_CONTEXT_SHARE of that plan's RAM tier
+ * for its larger scratch (the share the context may take)
+ * (docs/engine.md "Layer-major prefill"). */
+int plan_make(const k3_config *c, const shoal_mem_limits *lim, const plan_options *o, plan *p,
+              shoal_err *err)
+{
+    plan_options q = *o;
+    size_t most = o->chunk_max && o->chunk_max < PLAN_CHUNK_MAX ? o->chunk_max : PLAN_CHUNK_MAX;
+    int rc;
+
+    /* the base plan is always chunk 16's, so a short prompt sees the same
+     * verdict and floor as `plan` does */
+    if (!q.chunk)
+        q.chunk = PLAN_CHUNK_MIN;
+    rc = plan_make_at(c, lim, &q, p, err);
+    p->chunk = q.chunk;
+    p->chunk_auto = o->chunk == 0;
+    if (rc != 0 || o->chunk)
+        return rc;
+    q.context = p->context;            /* the scratch comes out of the tier, not the context */
+    for (size_t n = most; n > p->chunk || (n == most && n < p->chunk); n /= 2) {
+        plan t;
+        shoal_err e;
+        q.chunk = n;
+        if (plan_make_at(c, lim, &q, &t, &e) == 0 && t.verdict == p->verdict &&
+            t.spine == p->spine && t.context == p->context &&
+            t.first_streamed_layer == p->first_streamed_layer &&
+            (t.scratch <= p->scratch ||
+             t.scratch - p->scratch <= p->tier_planned / PLAN_CONTEXT_SHARE)) {
+            t.chunk = n;
+            t.chunk_auto = 1;
+            t.context_set = o->context != 0;
+            /* the smallest machines: they run at the smaller chunk */
+            t.min_int8 = p->min_int8;
+            t.min_int4 = p->min_int4;
+            t.min_floor = p->min_floor;
+            t.min_run = p->min_run;
+            *p = t;
+            break;
+        }
+    }
+    return 0;
+}
+
 void plan_print(const plan *p, const k3_config *c, FILE *f)
 {
     char a[32], b[32], d[32], e[32];
@@ -456,10 +502,12 @@ void plan_print(const plan *p, const k3_config *c, FILE *f)
     fmt_size(p->pool_buffer_bytes, b, sizeof b);
     fmt_size(p->pool, d, sizeof d);
     if (p->pool_buffers)
-        fprintf(f, "plan: prefill scratch %s; expert buffers %" PRIu64 " x %s = %s\n", a,
+        fprintf(f, "plan: prefill chunk %zu%s, scratch %s; expert buffers %" PRIu64 " x %s = %s\n",
+                p->chunk, p->chunk_auto ? " (the largest the plan allows)" : "", a,
                 p->pool_buffers, b, d);
     else
-        fprintf(f, "plan: prefill scratch %s; no expert buffers (%s)\n", a,
+        fprintf(f, "plan: prefill chunk %zu%s, scratch %s; no expert buffers (%s)\n", p->chunk,
+                p->chunk_auto ? " (the largest the plan allows)" : "", a,
                 p->remote ? "no MoE layers" : "a directory's experts are read from its mapping");
     fmt_size(p->tier, a, sizeof a);
     fmt_size(p->tier_planned, b, sizeof b);
@@ -512,6 +560,7 @@ shoal_json *plan_to_json(const plan *p)
         rc |= shoal_json_set_int(j, "kv_per_token", (int64_t)p->kv_per_token);
         rc |= shoal_json_set_int(j, "state_bytes", (int64_t)p->state_bytes);
         rc |= shoal_json_set_int(j, "scratch", (int64_t)p->scratch);
+        rc |= shoal_json_set_int(j, "chunk", (int64_t)p->chunk);
         rc |= shoal_json_set_int(pool, "buffers", (int64_t)p->pool_buffers);
         rc |= shoal_json_set_int(pool, "buffer_bytes", (int64_t)p->pool_buffer_bytes);
         rc |= shoal_json_set_int(pool, "bytes", (int64_t)p->pool);

@@ -47,13 +47,19 @@
 #define PLAN_STREAM_ALIGN  64
 /* The disk the cost of a streamed spine is stated at: one fast NVMe. */
 #define PLAN_DISK_RATE     7e9
+/* The prefill chunk `chunk 0` picks from: at least PLAN_CHUNK_MIN (the
+ * prompt's length if shorter), at most PLAN_CHUNK_MAX (the session's
+ * limit). */
+#define PLAN_CHUNK_MIN     16
+#define PLAN_CHUNK_MAX     4096
 
 typedef struct plan_options {
     uint64_t ram;              /* --ram: plan for at most this; 0: the machine's limit */
     int      ram_replace;      /* `plan --ram`: plan for a machine of exactly `ram` */
     int64_t  context;          /* --context: exactly this many positions; 0: the plan's choice */
     int      spine;            /* -1 auto, else a k3_spine_mode (--spine) */
-    size_t   chunk;            /* prefill chunk (>= 1) */
+    size_t   chunk;            /* prefill chunk; 0: the largest the plan allows */
+    size_t   chunk_max;        /* with chunk 0: at most this (the prompt); 0: PLAN_CHUNK_MAX */
     int      threads;          /* compute threads (>= 1) */
     int      copies;           /* session states held: 1 (run --tokens), 2 (live + snapshot) */
     int      remote;           /* experts through shoald (buffers and a RAM tier); 0: a
@@ -93,6 +99,8 @@ typedef struct plan {
     uint64_t state_bytes;          /* KDA state, all copies */
     uint64_t kv_per_token;         /* MLA cache per position, all copies, with scores */
     uint64_t kv_bytes;             /* state + context x per token */
+    size_t   chunk;                /* the prefill chunk the scratch is for */
+    int      chunk_auto;           /* plan_make chose it (options.chunk 0) */
     uint64_t scratch;              /* the session's chunk scratch */
     uint64_t pool_buffers, pool_buffer_bytes, pool;
     int      remote;               /* experts through shoald (else a directory's mapping) */

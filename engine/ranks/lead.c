@@ -458,7 +458,7 @@ int ranks_lead_new(const engine_model *m, const ranks_lead_options *o, ranks_lea
                    shoal_err *err)
 {
     static const expert_source_ops ops = { src_fetch, src_free };
-    static const expert_source_more_ops more = { src_request, src_stats };
+    static const expert_source_more_ops more = { src_request, src_stats, NULL };   /* order: id order */
     ranks_lead *l;
     int rc;
 

@@ -304,7 +304,10 @@ static int decode_loop(generator *g, const gen_params *p, size_t n_prompt, gen_r
 int generator_run(generator *g, const uint32_t *prompt, size_t n, const gen_params *p,
                   gen_token_fn fn, void *ctx, gen_result *res, shoal_err *err)
 {
-    size_t reused = 0, done = 0, step = p->prefill_step ? p->prefill_step : 64;
+    /* one backend call per session chunk: each layer sees the whole chunk
+     * (its experts read once for it); cancellation is checked between */
+    size_t reused = 0, done = 0,
+           step = p->prefill_step ? p->prefill_step : g->b.chunk ? g->b.chunk : 64;
     uint64_t t0 = shoal_now_ns(), t1;
     gen_rng rng;
     int rc;

@@ -77,6 +77,7 @@ int gen_backend_session_new(const engine_model *m, const engine_session_options 
     out->ops = &SESSION_OPS;
     out->impl = b;
     out->n_vocab = (uint32_t)m->cfg.vocab;
+    out->chunk = opt->chunk;
     /* the memory plan's context when it caps the model's */
     out->n_ctx = (size_t)(opt->max_positions > 0 && opt->max_positions < m->cfg.max_positions
                               ? opt->max_positions : m->cfg.max_positions);
@@ -127,7 +128,7 @@ void gen_model_load_options(const gen_model_options *o, engine_load_options *out
     }
     engine_load_options_default(out);
     out->plan.threads = o->threads > 0 ? o->threads : 1;
-    out->plan.chunk = o->chunk ? o->chunk : 16;
+    out->plan.chunk = o->chunk;            /* 0: the largest the plan allows */
     out->plan.spine = o->spine_f32 ? K3_SPINE_F32 : -1;
     out->home = o->home;
 }

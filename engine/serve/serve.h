@@ -90,6 +90,8 @@ typedef struct gen_backend {
     void    *impl;
     uint32_t n_vocab;          /* logits per position */
     size_t   n_ctx;            /* most positions a state holds */
+    size_t   chunk;            /* prompt ids one run takes in one pass through each
+                                  layer (the session's prefill chunk); 0: unknown */
 } gen_backend;
 
 /* ---- generator -------------------------------------------------------------- */
@@ -131,7 +133,9 @@ typedef struct gen_params {
     int      logprobs;         /* 1: each token's log-probability to the callback */
     int      top_logprobs;     /* with logprobs: that many alternatives, 0..20 */
     size_t   prefill_step;     /* prompt ids per backend call (cancellation
-                                  granularity); 0: 64 */
+                                  granularity); 0: the backend's chunk
+                                  (the whole prompt through each layer at
+                                  once, layer-major), else 64 */
     atomic_int *cancel;        /* may be NULL; non-zero stops at the next step */
 } gen_params;
 
@@ -275,7 +279,8 @@ typedef struct gen_model {
 
 typedef struct gen_model_options {
     int    threads;            /* compute threads, >= 1 */
-    size_t chunk;              /* prefill chunk (session), >= 1 */
+    size_t chunk;              /* prefill chunk (session); 0: the largest the
+                                  memory plan allows */
     int    spine_f32;          /* 1: f32 spine and exact experts */
     const char *home;          /* shoald's home for an hf:// model (engine/source/source.h) */
     /* every load option (the plan's, shoald's, the forward pass's); when
@@ -495,7 +500,9 @@ typedef struct server_config {
                                   port is open: a directory or hf://org/name[@rev] */
     gen_model_options model_opt;
     size_t      prefill_step;  /* prompt ids per forward call (cancellation
-                                  granularity); 0: 64 */
+                                  granularity); 0: the backend's chunk
+                                  (the whole prompt through each layer at
+                                  once, layer-major), else 64 */
     /* Called once the model is bound and requests are served, with the
      * bound port (for a caller that prints where it is).  May be NULL. */
     void (*on_listen)(void *ctx, const char *host, int port);

@@ -189,6 +189,7 @@ typedef struct shoald_src {
     uint64_t epoch;            /* the link's epoch the open GETs belong to */
     expert_source_shoald_options o;
     size_t quota;              /* experts kept per layer */
+    uint64_t *file_order;      /* [n_layers][experts_per_layer] (options.file_order), or NULL */
     slot *slots;               /* [n_layers][experts_per_layer] */
     size_t *resident;          /* [n_layers] */
     req *reqs;
@@ -1043,6 +1044,27 @@ static int shoald_fetch(void *impl, int layer, const int32_t *ids, size_t n,
     return rc;
 }
 
+/* File order (options.file_order): the layer-major prefill asks for a
+ * layer's whole set at once, so shoald serves it, and the readers read it,
+ * in the upstream files' order. */
+static int order_cmp(const void *a, const void *b, void *arg)
+{
+    const uint64_t *key = arg;
+    uint64_t x = key[*(const int32_t *)a], y = key[*(const int32_t *)b];
+    return x < y ? -1 : x > y;
+}
+
+static void shoald_order(void *impl, int layer, int32_t *ids, size_t n)
+{
+    shoald_src *s = impl;
+    shoal_err e;
+
+    if (!s->file_order || check_ids(s, layer, ids, n, &e) != 0)
+        return;                        /* fetch names the bad id */
+    qsort_r(ids, n, sizeof *ids, order_cmp,
+            s->file_order + (size_t)layer * (size_t)s->o.experts_per_layer);
+}
+
 static void shoald_stats(void *impl, expert_source_stats *out)
 {
     shoald_src *s = impl;
@@ -1084,6 +1106,7 @@ static void shoald_free(void *impl)
     while (s->io.nspare > 0)
         free(s->spare[--s->io.nspare]);
     free(s->slots);
+    free(s->file_order);
     free(s->resident);
     free(s->io.ring[0].q);
     free(s->io.ring[1].q);
@@ -1100,7 +1123,7 @@ static expert_source *shoald_new(const expert_source_shoald_link *link,
                                  const expert_source_shoald_options *o, int copy)
 {
     static const expert_source_ops ops = { shoald_fetch, shoald_free };
-    static const expert_source_more_ops more = { shoald_request, shoald_stats };
+    static const expert_source_more_ops more = { shoald_request, shoald_stats, shoald_order };
     shoald_src *s = calloc(1, sizeof *s);
     size_t nslots = (size_t)o->n_layers * (size_t)o->experts_per_layer;
 
@@ -1124,11 +1147,15 @@ static expert_source *shoald_new(const expert_source_shoald_link *link,
         s->quota = (size_t)(o->ram_bytes / o->expert_bytes / (uint64_t)o->moe_layers);
     s->slots = calloc(nslots ? nslots : 1, sizeof *s->slots);
     s->resident = calloc((size_t)o->n_layers + 1, sizeof *s->resident);
+    if (o->file_order && (s->file_order = malloc((nslots ? nslots : 1) * sizeof *s->file_order)))
+        memcpy(s->file_order, o->file_order, nslots * sizeof *s->file_order);
+    s->o.file_order = NULL;            /* the copy is s->file_order */
     for (int r = 0; r < 2; r++) {
         s->io.ring[r].cap = nslots + 1;            /* invariant 3 */
         s->io.ring[r].q = calloc(s->io.ring[r].cap, sizeof *s->io.ring[r].q);
     }
-    if (!s->slots || !s->resident || !s->io.ring[0].q || !s->io.ring[1].q) {
+    if (!s->slots || !s->resident || !s->io.ring[0].q || !s->io.ring[1].q ||
+        (o->file_order && !s->file_order)) {
         s->io.ring[0].cap = 0;
         shoald_free(s);
         return NULL;

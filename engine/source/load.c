@@ -179,7 +179,9 @@ int engine_load_open(const char *spec, const engine_load_options *o, engine_load
     out->session = (engine_session_options){
         .experts = o->experts >= 0 ? (kernels_numerics)o->experts
                    : mo.spine == ENGINE_SPINE_F32 ? KERNELS_EXACT : KERNELS_FAST,
-        .chunk = o->plan.chunk ? o->plan.chunk : 16, .pool = out->pool, .src = out->src,
+        /* the plan's prefill chunk: --chunk, or the largest it allows */
+        .chunk = out->plan.chunk ? out->plan.chunk : o->plan.chunk ? o->plan.chunk : 16,
+        .pool = out->pool, .src = out->src,
         .no_prefetch = o->no_prefetch, .prefetch_cutoff = o->prefetch_cutoff,
         .max_positions = out->plan.context,
     };

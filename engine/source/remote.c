@@ -607,8 +607,22 @@ int engine_remote_bind(engine_remote *r, const engine_model_options *mo, uint64_
              (double)so.ram_bytes / 1048576.0,
              so.page_cache == EXPERT_PC_KEEP ? "keep"
              : so.page_cache == EXPERT_PC_DONTNEED ? "dontneed" : "direct");
+    /* the layer-major prefill reads a layer's set in upstream file order
+     * (the source copies the keys) */
+    size_t nslots = (size_t)so.n_layers * (size_t)so.experts_per_layer;
+    uint64_t *order = calloc(nslots ? nslots : 1, sizeof *order);
+    if (!order)
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < r->man->nexperts; i++) {
+        const manifest_expert *me = &r->man->experts[i];
+        if (me->layer < (uint32_t)so.n_layers && me->id < (uint32_t)so.experts_per_layer)
+            order[(size_t)me->layer * (size_t)so.experts_per_layer + me->id] =
+                ((uint64_t)me->file << 40) | (me->offset & (((uint64_t)1 << 40) - 1));
+    }
+    so.file_order = order;
     r->link = (expert_source_shoald_link){ .client = r->client, .handle = r->info.handle };
     r->src = expert_source_shoald_new_link(&r->link, &so);
+    free(order);
     if (!r->src)
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     return 0;

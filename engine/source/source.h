@@ -43,6 +43,11 @@ typedef struct expert_source_shoald_options {
     int timeout_ms;           /* per item; <= 0: 60 s */
     uint64_t read_part;       /* bytes per read part, rounded up to whole pages;
                                * 0: the default (docs/performance.md) */
+    /* [n_layers][experts_per_layer] where each expert lies upstream,
+     * (file index << 40) | offset (the manifest's), so a layer's set is
+     * asked for and read in file order (expert_source_order); copied.
+     * NULL: id order. */
+    const uint64_t *file_order;
 } expert_source_shoald_options;
 
 /* The shoald source: experts of the model `handle` opened on `client`

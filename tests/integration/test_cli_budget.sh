@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The budget plans (tiny model, shoald with an 8 MiB budget: the spine
+# The budget plans (tiny model, shoald with a 9 MiB budget: the spine
 # fits, not every expert beside it):
 #   settings persist in shoald.conf across restarts and stats shows them;
 #   a bad line and a budget past the disk stop the start with what to do;
@@ -34,18 +34,18 @@ stop_daemon() { kill -TERM "$DPID"; wait "$DPID" || fail "shoald exited $? on SI
 fetched() { grep -c '"status": *206' "$T/hub.jsonl" || true; }
 
 # ---- settings persist; bad settings stop the start ---------------------------------------
-start_daemon "$H" --max-size 8M --parallel 4
+start_daemon "$H" --max-size 9M --parallel 4
 stop_daemon
-grep -q '^max-size = 8M$' "$H/shoald.conf" && grep -q '^parallel = 4$' "$H/shoald.conf" \
+grep -q '^max-size = 9M$' "$H/shoald.conf" && grep -q '^parallel = 4$' "$H/shoald.conf" \
     || fail "shoald.conf: $(cat "$H/shoald.conf")"
 start_daemon "$H"
 S stats > "$T/st.txt"
-grep -Eq '^  max-size \(budget\) +8\.00 MiB +\(shoald\.conf\)$' "$T/st.txt" \
+grep -Eq '^  max-size \(budget\) +9\.00 MiB +\(shoald\.conf\)$' "$T/st.txt" \
     && grep -Eq '^  parallel +4 +\(shoald\.conf\)$' "$T/st.txt" \
     && grep -Eq '^  keep-spine +no +\(default\)$' "$T/st.txt" || { cat "$T/st.txt"; fail "settings in stats"; }
 S stats --json > "$T/st.json"
 [ "$(js "$T/st.json" '(j["disk"]["budget"], j["daemon"]["settings"]["parallel"], j["daemon"]["settings"]["from"]["max-size"])')" \
-  = "(8388608, 4, 'shoald.conf')" ] || fail "settings in stats --json: $(js "$T/st.json" 'j["daemon"]["settings"]')"
+  = "(9437184, 4, 'shoald.conf')" ] || fail "settings in stats --json: $(js "$T/st.json" 'j["daemon"]["settings"]')"
 "$BIN/shoald" --home "$T/h3" --max-size 1000T > "$T/big.out" 2>&1 && fail "a budget past the disk started"
 grep -q 'larger than the disk can give the cache' "$T/big.out" && grep -Eq 'free \+ .* cached = ' "$T/big.out" \
     && grep -Eq 'ask for at most [0-9]+G' "$T/big.out" || fail "budget past the disk: $(cat "$T/big.out")"
@@ -65,7 +65,7 @@ USED=$(js "$T/s1.json" 'j["disk"]["used"]')
 N0=$(fetched)
 S warm $M --experts all --dry-run > "$T/d1.out" 2> "$T/d1.err"; rc=$?
 [ $rc = 8 ] && grep -q 'refused: the selection does not fit the budget' "$T/d1.err" && grep -q -- '--fit' "$T/d1.err" \
-    || { cat "$T/d1.out" "$T/d1.err"; fail "experts all in 8 MiB: exit $rc"; }
+    || { cat "$T/d1.out" "$T/d1.err"; fail "experts all in 9 MiB: exit $rc"; }
 S warm $M --experts all > "$T/r1.out" 2>&1; rc=$?
 [ $rc = 8 ] && grep -q 'nothing started' "$T/r1.out" && ! grep -q 'Started' "$T/r1.out" \
     || { cat "$T/r1.out"; fail "a selection that does not fit should be refused: exit $rc"; }

@@ -77,6 +77,19 @@ grep -qE '^state 2 objects 192/192 .* errors 0' "$T/job" || fail "job 2: $(cat "
 kill -TERM "$PID_shoald"
 rc=0; wait "$PID_shoald" || rc=$?
 [ "$rc" = 0 ] || fail "shoald exited $rc on SIGTERM"
+
+# jobs/ holds what is remembered (256 jobs): 300 finished job files (copies of
+# job 2's, numbered 1000-1299) leave the newest 256 jobs after a start, job 2's
+# own file among the forgotten (the oldest ids go first)
+for i in $(seq 1000 1299); do
+    sed "s/\"id\": *$job2\b/\"id\": $i/; s/\"id\":$job2\b/\"id\":$i/" "$H/jobs/$job2.json" > "$H/jobs/$i.json"
+done
+grep -q '"id": *1299\b\|"id":1299\b' "$H/jobs/1299.json" || fail "the copied job files have no new id: $(head -c 300 "$H/jobs/1299.json")"
+start_daemon
+n=$(ls "$H/jobs" | grep -c '\.json$')
+[ "$n" -le 256 ] || fail "jobs/ holds $n files past the 256 remembered"
+[ -e "$H/jobs/1299.json" ] && [ ! -e "$H/jobs/1000.json" ] || fail "the newest job files were not the ones kept"
+kill -TERM "$PID_shoald"; wait "$PID_shoald" || fail "shoald exited $? on SIGTERM"
 ! grep -l 'runtime error\|AddressSanitizer\|LeakSanitizer' "$T"/*.log 2>/dev/null \
     || fail "sanitizer reports in the daemon's log"
 echo "ok"

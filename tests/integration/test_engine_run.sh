@@ -43,6 +43,51 @@ cmp -s "$T/full" "$T/last" || fail "decode after prefill differs from the full f
 [ "$(stat -c %s "$T/l_int8_1")" -eq $((5 * V * 4)) ] || fail "--dump-logits size"
 echo "ok   decode after prefill == full forward (bit-identical)"
 
+# --- layer-major prefill: --chunk auto (the default) lets the plan take the
+# whole prompt through each layer at once; decode then continues from that
+# state: ids and logits equal token-at-a-time's, and --stats shows each MoE
+# layer's distinct experts against min(tokens x top-k, experts) ---
+P40=$(seq -s, 3 42)
+"$E" run "$M" --tokens $P --max-tokens 5 --stats --dump-logits "$T/l_lm" >"$T/o_lm" 2>"$T/e_lm" \
+    || { cat "$T/e_lm"; fail "layer-major run"; }
+cmp -s "$T/o_int8_1" "$T/o_lm" || fail "layer-major prefill: ids '$(tail -n 1 "$T/o_lm")' differ from token-at-a-time's"
+cmp -s "$T/l_int8_1" "$T/l_lm" || fail "layer-major prefill: logits differ from token-at-a-time's"
+grep -q '^plan: prefill chunk 11 (the largest the plan allows)' "$T/e_lm" \
+    || fail "the plan did not take the 11-token prompt as one chunk: $(grep 'prefill chunk' "$T/e_lm")"
+for c in auto 1 16; do
+    "$E" run "$M" --tokens $P40 --max-tokens 4 --chunk $c --stats --dump-logits "$T/l40_$c" \
+        >"$T/o40_$c" 2>"$T/e40_$c" || { cat "$T/e40_$c"; fail "40-token run --chunk $c"; }
+done
+cmp -s "$T/o40_1" "$T/o40_auto" && cmp -s "$T/l40_1" "$T/l40_auto" \
+    || fail "40 tokens: layer-major prefill and decode differ from token-at-a-time"
+/usr/bin/python3 - "$T/e_lm" 11 1 "$T/e40_auto" 40 1 "$T/e40_16" 40 3 <<'PYEOF' || fail "--stats per-layer loads"
+import re, sys
+a = sys.argv[1:]
+per = {}
+for i in range(0, len(a), 3):
+    path, tokens, chunks = a[i], int(a[i + 1]), int(a[i + 2])
+    text = open(path).read()
+    m = re.search(r"^stats: prefill of (\d+) tokens in (\d+) chunks?: distinct experts read per "
+                  r"MoE layer / bound min\(tokens x top-k, experts\) = (\d+):(.*)$", text, re.M)
+    assert m, text
+    assert int(m.group(1)) == tokens and int(m.group(2)) == chunks, m.group(0)
+    bound = int(m.group(3))
+    assert bound == min(tokens * 4, 64), (bound, tokens)   # tiny: top-4 of 64
+    loads = [tuple(map(int, x.split("/"))) for _, x in re.findall(r"L(\d+) (\d+/\d+);", m.group(4))]
+    assert len(loads) == 7, loads                           # layers 1-7 are MoE
+    total = int(re.search(r"^stats: prefill loaded (\d+) distinct", text, re.M).group(1))
+    assert sum(l for l, _ in loads) == total, (loads, total)
+    if chunks == 1:
+        assert all(0 < l <= bound and b == bound for l, b in loads), (path, loads)
+    per[(tokens, chunks)] = [l for l, _ in loads]
+# three chunks of the same prompt read more than the one chunk's union
+assert all(x >= y for x, y in zip(per[(40, 3)], per[(40, 1)])), per
+assert sum(per[(40, 3)]) > sum(per[(40, 1)]), per
+print("ok   per-layer loads: 11 tokens %s of %d; 40 tokens %s (one chunk) against %s (chunks of 16)"
+      % (per[(11, 1)], 44, per[(40, 1)], per[(40, 3)]))
+PYEOF
+echo "ok   layer-major prefill (whole prompt per layer) then decode == token-at-a-time (bit-identical)"
+
 # --- output forms ---
 "$E" run "$M" --tokens $P --max-tokens 3 --json >"$T/json" || fail "--json"
 [ "$(wc -l <"$T/json")" -eq 1 ] || fail "--json printed more than one line"

@@ -61,6 +61,14 @@ int cmd_gc(shoal_cli *cli, int argc, char **argv)
         rc = shoal_client_gc(cl, max, &b, &err);
         cli_progress_end(&meter);
         shoal_client_close(cl);
+        /* shoald answered HELLO, then went away: not "not running" (3) but
+         * a request that failed (1), saying so */
+        if (rc == SHOAL_ENET) {
+            shoal_err_wrap(&err, SHOAL_EIO, "shoald went away during the GC (it may have "
+                           "evicted part of it; see its log, restart it and run `shoal gc` "
+                           "again)");
+            rc = err.code = SHOAL_EIO;
+        }
     } else if (rc == SHOAL_ENET) {
         cache *ca = NULL;
         shoal_err_clear(&err);
@@ -142,6 +150,9 @@ static int key_add(const cache_entry *e, void *ctx)
         nm = e->tensor;
     } else if (e->kind == CACHE_KIND_SMALL && e->file && *e->file) {
         key.kind = SHOAL_KEY_FILE;
+        nm = e->file;
+    } else if (e->kind == CACHE_KIND_DERIVED && e->file && *e->file) {
+        key.kind = SHOAL_KEY_DERIVED;   /* PUT objects (the spine pack) too */
         nm = e->file;
     } else {
         return 0;

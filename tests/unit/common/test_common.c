@@ -256,6 +256,31 @@ static void test_log_to_file(void **state)
     assert_null(strstr((char *)b.data, "not shown"));
     assert_non_null(strstr((char *)b.data, " t["));
     shoal_buf_free(&b);
+    {
+        /* a limiter prints its first SHOAL_LOG_LIMIT_BURST lines, holds
+         * back the next ones within SHOAL_LOG_LIMIT_MS and names their
+         * count later */
+        const char *p;
+        int lines = 0;
+        static shoal_log_limit lim;
+        char n[32];
+        assert_int_equal(shoal_log_setup("t", SHOAL_LOG_INFO, path), 0);
+        for (int i = 0; i < 12346; i++)
+            LOG_WARN_LIMITED(&lim, "server", "accept: %s", "Too many open files");
+        lim.window_ms = 0;   /* as if the window had passed */
+        LOG_WARN_LIMITED(&lim, "server", "accept: %s", "again");
+        shoal_log_close();
+        shoal_buf_init(&b, 0);
+        assert_int_equal(shoal_read_file(path, 0, &b, NULL), 0);
+        assert_non_null(strstr((char *)b.data, "server: accept: Too many open files\n"));
+        assert_non_null(strstr((char *)b.data, "server: accept: again (repeated 12,336 times)\n"));
+        for (p = (char *)b.data; (p = strstr(p, "Too many")) != NULL; p++)
+            lines++;
+        assert_int_equal(lines, SHOAL_LOG_LIMIT_BURST);
+        shoal_buf_free(&b);
+        assert_string_equal(shoal_log_count(1234567, n, sizeof n), "1,234,567");
+        assert_string_equal(shoal_log_count(999, n, sizeof n), "999");
+    }
     assert_int_equal(shoal_log_level_parse("debug", &lv), 0);
     assert_int_equal(lv, SHOAL_LOG_DEBUG);
     assert_int_equal(shoal_log_level_parse("loud", &lv), SHOAL_EINVAL);

@@ -101,7 +101,7 @@ static int on_tok(void *ctx, const gen_token *t)
 
 static generator *make(toy *t)
 {
-    gen_backend b = { &TOY_OPS, t, NV, NCTX };
+    gen_backend b = { &TOY_OPS, t, NV, NCTX, 0 };   /* chunk 0: prefill steps of 64 */
     generator *g = NULL;
     shoal_err err;
     assert_int_equal(generator_new(&b, &g, &err), 0);
