@@ -310,6 +310,14 @@ int cache_lookup_length(cache *c, const char *etag, uint64_t offset, uint64_t *l
 typedef void (*cache_unlink_fn)(const char *path, void *ctx);
 void cache_set_unlinker(cache *c, cache_unlink_fn fn, void *ctx);
 
+/* Called by the writer's thread after every object it commits (etag
+ * borrowed for the call), so the owner can check the object's file once
+ * it is complete (shoald: daemon/integrity.c).  It must not call back
+ * into the cache.  NULL: none. */
+typedef void (*cache_commit_fn)(void *ctx, const char *etag, int kind, uint64_t offset,
+                                uint64_t length);
+void cache_set_commit_hook(cache *c, cache_commit_fn fn, void *ctx);
+
 /* Pin or unpin one object (pinned objects are never evicted). */
 int cache_pin(cache *c, const cache_key *key, int on, shoal_err *err);
 
@@ -648,10 +656,14 @@ typedef struct cache_deep_report {
     uint64_t ok, bad;              /* of the complete ones with a hash etag */
     uint64_t unhashable;           /* complete, but the etag is not a hash */
     uint64_t bytes;                /* hashed */
+    uint64_t quarantined;          /* failed shoald's automatic check last time
+                                      (cache_file_quarantine): listed as bad
+                                      files too, "(quarantined)" */
 } cache_deep_report;
 
-/* A file that does not hash to its etag: where the next issue's quarantine
- * and re-fetch plug in (the daemon logs it).  Borrowed strings. */
+/* A file that does not hash to its etag (VERIFY logs it; shoald's own
+ * automatic checks quarantine: cache_file_check_run below).  Borrowed
+ * strings. */
 typedef void (*cache_bad_file_fn)(void *ctx, const char *path, const char *etag);
 
 typedef struct cache_deep_opts {
@@ -666,6 +678,63 @@ typedef struct cache_deep_opts {
  * blobs are hashed. */
 int cache_verify_deep(cache *c, const char *spec, const cache_deep_opts *opts,
                       cache_deep_report *rep, shoal_buf *bad_files, shoal_err *err);
+
+/* ---- automatic whole-file checks (deep.c) -----------------------------------
+ *
+ * shoald checks each upstream file against its etag's hash as soon as its
+ * every byte is cached: cache_file_check on a worker's side handle, then
+ * on the writer cache_file_verified (objects marked verified) or
+ * cache_file_quarantine (the file's objects removed, the failure kept in
+ * the index so `shoal verify --deep` and `shoal stats` name it).
+ * docs/cache-format.md "Integrity".
+ */
+typedef struct cache_file_check {
+    int      known;            /* a file record has this etag */
+    int      complete;         /* every byte cached */
+    int      hashable;         /* the etag is a sha256 / git sha1 */
+    int      already;          /* complete, and every object verified already */
+    int      result;           /* 1 match, 0 mismatch, -1 not checked */
+    char     path[CACHE_STR_MAX];  /* of the file record (its first model) */
+    char     repo[CACHE_STR_MAX];
+    char     commit[CACHE_STR_MAX];
+    uint64_t size;
+    uint64_t bytes;            /* hashed */
+    cache_verify_list objs;    /* match: the objects hashed; mismatch: every
+                                  object of the etag but a shard's header
+                                  range (to quarantine) */
+} cache_file_check;
+
+/* Check the file whose etag is `etag` (any handle; short queries, then the
+ * blobs hashed with no snapshot held).  A blob that vanished meanwhile
+ * (evicted) makes the file incomplete, not bad.  fn: bytes hashed of the
+ * file's size.  cache_verify_list_free(&out->objs) after. */
+int cache_file_check_run(cache *c, const char *etag, cache_progress_fn fn, void *ctx,
+                         cache_file_check *out, shoal_err *err);
+
+/* Writer: mark the objects of a match verified (those still cached) and
+ * the file's failure record, if any, as checked ok.  One transaction. */
+int cache_file_verified(cache *c, const char *etag, const cache_verify_list *objs,
+                        shoal_err *err);
+
+/* Writer: remove the objects of a mismatch (those still cached) and count
+ * the failure for etag; *failures (may be NULL) gets the file's count so
+ * far, *bytes (may be NULL) the bytes removed.  One transaction. */
+int cache_file_quarantine(cache *c, const char *etag, const char *path, uint64_t size,
+                          const cache_verify_list *objs, uint64_t *failures, uint64_t *bytes,
+                          shoal_err *err);
+
+/* What the index says of integrity (any handle; an index made before these
+ * records reads as zeros). */
+typedef struct cache_integrity {
+    uint64_t verified_objects, verified_bytes;   /* matched a whole-file hash */
+    uint64_t trusted_objects, trusted_bytes;     /* upstream objects not (yet) so checked:
+                                                    trusted on their transfer */
+    uint64_t derived_objects, derived_bytes;     /* made here */
+    uint64_t bad_files;                          /* failed their last check */
+    uint64_t failures;                           /* mismatches ever recorded */
+    uint64_t quarantined_bytes;                  /* removed for them, summed */
+} cache_integrity;
+int cache_integrity_get(cache *c, cache_integrity *out, shoal_err *err);
 
 /* Verify (cache_verify on each matching model, or all) and optionally the
  * deep check; the result as JSON ("shoal.verify" schema 1).  Needs a

@@ -149,6 +149,9 @@ struct cache {
      * go (NULL: unlink at once). */
     cache_unlink_fn unlink_fn;
     void     *unlink_ctx;
+    /* cache_set_commit_hook: told of every committed object (NULL: none). */
+    cache_commit_fn commit_fn;
+    void     *commit_ctx;
 };
 
 /* Unlink a file the index no longer names: through the unlinker when one

@@ -56,6 +56,13 @@ static const char schema_sql[] =
     " bytes_in INTEGER NOT NULL, bytes_out INTEGER NOT NULL,"
     " wait_ns INTEGER NOT NULL,"
     " PRIMARY KEY(session, model, layer, expert, tier)) WITHOUT ROWID;"
+    /* Whole-file checks that failed (deep.c): a file whose bytes did not
+     * hash to its etag, its objects quarantined (removed) and re-fetched.
+     * state 1: checked ok since, 2: still bad. */
+    "CREATE TABLE IF NOT EXISTS file_checks("
+    " etag TEXT PRIMARY KEY, path TEXT NOT NULL, size INTEGER NOT NULL,"
+    " state INTEGER NOT NULL, failures INTEGER NOT NULL,"
+    " quarantined_bytes INTEGER NOT NULL, checked_ms INTEGER NOT NULL) WITHOUT ROWID;"
     "INSERT OR IGNORE INTO meta(key, value) VALUES('schema', '" CACHE_SCHEMA_VERSION "');";
 
 static const char *const stmt_sql[ST_COUNT_] = {
@@ -136,6 +143,23 @@ void cache_db_rollback(cache *c)
         sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
 }
 
+/* objects.verified (1: the object's bytes were part of a whole-file
+ * check that matched its upstream hash; deep.c), added to an index made
+ * before it existed.  The schema version stays 1: older readers ignore
+ * the column. */
+static int add_verified_column(cache *c, shoal_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    int have = 0, rc = sqlite3_prepare_v2(c->db, "PRAGMA table_info(objects)", -1, &s, NULL);
+    if (rc != SQLITE_OK)
+        return cache_db_fail(c, rc, "read the objects table's columns", err);
+    while (sqlite3_step(s) == SQLITE_ROW)
+        have |= strcmp((const char *)sqlite3_column_text(s, 1), "verified") == 0;
+    sqlite3_finalize(s);
+    return have ? 0 : cache_db_exec(c, "ALTER TABLE objects ADD COLUMN verified INTEGER"
+                                       " NOT NULL DEFAULT 0", err);
+}
+
 int cache_db_open(cache *c, const char *path, int read_only, shoal_err *err)
 {
     /* A side handle checkpoints the WAL: a read-write connection that
@@ -154,6 +178,8 @@ int cache_db_open(cache *c, const char *path, int read_only, shoal_err *err)
             rc = cache_db_exec(c, "PRAGMA wal_autocheckpoint=0", err);
         if (rc == 0)
             rc = cache_db_exec(c, schema_sql, err);
+        if (rc == 0)
+            rc = add_verified_column(c, err);
         if (rc)
             return rc;
     }

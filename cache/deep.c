@@ -2,12 +2,16 @@
  * hashed in order and compared with its upstream etag.
  *
  * Owns: coverage of a file by its cached ranges, the sha256 (LFS) and git
- * blob sha1 (small files) checks.  A shard is covered when its header
+ * blob sha1 (small files) checks; the automatic per-file check shoald runs
+ * when a file completes (cache_file_check_run), its records (objects'
+ * verified flag, file_checks) and the integrity figures.  A shard is covered when its header
  * range [0, 8+N) (stored at OPEN as a small-file object, docs/fetcher.md),
  * its tensors and experts, and any bytes of tensors outside the language
  * model are cached.  Does not own per-object checksums (read.c's verify)
- * nor removing anything: a whole-file mismatch cannot say which range is
- * wrong, so it is reported (and handed to the on_bad hook), not repaired.
+ * nor removing anything in `verify --deep`: a whole-file mismatch cannot say
+ * which range is wrong, so it is reported (and handed to the on_bad hook);
+ * cache_file_quarantine removes a mismatched file's objects when shoald
+ * asks (it then fetches them again).
  *
  * Two passes, so a long check never holds an index snapshot: first every
  * file of the matching models and its ranges are read (short queries, the
@@ -210,6 +214,21 @@ static int seen_add(deep_ctx *x, const char *etag)
     return 0;
 }
 
+/* Did shoald's automatic check find this file bad last time (its objects
+ * quarantined)?  An index without the table: no. */
+static int file_quarantined(cache *c, const char *etag)
+{
+    sqlite3_stmt *s = NULL;
+    int bad = 0;
+    if (sqlite3_prepare_v2(c->db, "SELECT 1 FROM file_checks WHERE etag = ?1 AND state = 2",
+                           -1, &s, NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_text(s, 1, etag, -1, SQLITE_STATIC);
+    bad = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_finalize(s);
+    return bad;
+}
+
 /* Pass 1 for one file: count it, and keep it when complete. */
 static int list_file(deep_ctx *x, dlist *l, const char *path, const char *etag, uint64_t size,
                      shoal_err *err)
@@ -221,6 +240,11 @@ static int list_file(deep_ctx *x, dlist *l, const char *path, const char *etag, 
     if ((rc = seen_add(x, etag)) != 0)
         return rc > 0 ? 0 : shoal_err_set(err, rc, "cache: out of memory (deep verify)");
     x->rep->files++;
+    if (file_quarantined(x->c, etag)) {
+        x->rep->quarantined++;
+        if (x->bad_files)
+            shoal_buf_appendf(x->bad_files, "%s (quarantined)\n", path);
+    }
     if ((rc = file_ranges(x->c, etag, size, &v, &n, &complete, err)) != 0)
         return rc;
     if (!complete) {
@@ -357,4 +381,280 @@ int cache_verify_deep(cache *c, const char *spec, const cache_deep_opts *opts,
     free(x.seen);
     report_models_free(&ms);
     return rc;
+}
+
+/* ---- automatic whole-file checks -------------------------------------------------- */
+
+static int objs_push(cache_verify_list *l, uint64_t id)
+{
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 64;
+        uint64_t *p = realloc(l->ids, nc * sizeof *p);
+        uint8_t *q;
+        if (!p)
+            return SHOAL_ENOMEM;
+        l->ids = p;
+        if (!(q = realloc(l->missing, nc)))
+            return SHOAL_ENOMEM;
+        l->missing = q;
+        l->cap = nc;
+    }
+    l->ids[l->n] = id;
+    l->missing[l->n++] = 0;
+    return 0;
+}
+
+/* The file record naming etag (any model): path and size.  0 / 1 found. */
+static int file_by_etag(cache *c, const char *etag, cache_file_check *out, shoal_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(c->db, "SELECT path, size, repo, commit_id FROM files"
+                                " WHERE etag = ?1 LIMIT 1", -1, &s, NULL), found = 0;
+    if (rc != SQLITE_OK)
+        return cache_db_fail(c, rc, "file check", err);
+    sqlite3_bind_text(s, 1, etag, -1, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        snprintf(out->path, sizeof out->path, "%s", (const char *)sqlite3_column_text(s, 0));
+        out->size = (uint64_t)sqlite3_column_int64(s, 1);
+        snprintf(out->repo, sizeof out->repo, "%s", (const char *)sqlite3_column_text(s, 2));
+        snprintf(out->commit, sizeof out->commit, "%s", (const char *)sqlite3_column_text(s, 3));
+        found = 1;
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return cache_db_fail(c, rc, "file check", err);
+    return found;
+}
+
+/* Are all of v[0..n) marked verified?  An index without the column: no. */
+static int ranges_verified(cache *c, const range *v, size_t n)
+{
+    sqlite3_stmt *s = NULL;
+    int all = n > 0;
+    if (sqlite3_prepare_v2(c->db, "SELECT verified FROM objects WHERE id = ?1", -1, &s,
+                           NULL) != SQLITE_OK)
+        return 0;
+    for (size_t i = 0; all && i < n; i++) {
+        sqlite3_bind_int64(s, 1, (int64_t)v[i].id);
+        all = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int(s, 0) == 1;
+        sqlite3_reset(s);
+    }
+    sqlite3_finalize(s);
+    return all;
+}
+
+/* The objects a mismatch quarantines: every object of the etag but a
+ * shard's header range (a small-file object shorter than the file): the
+ * manifest was built from it and only an OPEN stores it, so it stays and
+ * is hashed again with the re-fetched bytes. */
+static int etag_objects(cache *c, const char *etag, uint64_t size, cache_verify_list *l,
+                        shoal_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(c->db, "SELECT id FROM objects WHERE etag = ?1"
+                                " AND NOT (kind = ?2 AND len < ?3)", -1, &s, NULL);
+    if (rc != SQLITE_OK)
+        return cache_db_fail(c, rc, "file check", err);
+    sqlite3_bind_text(s, 1, etag, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 2, CACHE_KIND_SMALL);
+    sqlite3_bind_int64(s, 3, (int64_t)size);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+        if (objs_push(l, (uint64_t)sqlite3_column_int64(s, 0)) != 0) {
+            sqlite3_finalize(s);
+            return shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory (file check)");
+        }
+    sqlite3_finalize(s);
+    return rc == SQLITE_DONE ? 0 : cache_db_fail(c, rc, "file check", err);
+}
+
+int cache_file_check_run(cache *c, const char *etag, cache_progress_fn fn, void *ctx,
+                         cache_file_check *out, shoal_err *err)
+{
+    char hex[80];
+    range *v = NULL;
+    size_t n = 0;
+    int complete = 0, kind, rc;
+    cache_deep_report rep;
+    cache_deep_opts o = { fn, NULL, ctx };
+    deep_ctx x;
+
+    memset(out, 0, sizeof *out);
+    out->result = -1;
+    rc = file_by_etag(c, etag, out, err);
+    if (rc <= 0)
+        return rc;
+    out->known = 1;
+    kind = etag_hash(etag, hex, sizeof hex);
+    out->hashable = kind != 0;
+    if ((rc = file_ranges(c, etag, out->size, &v, &n, &complete, err)) != 0)
+        return rc;
+    out->complete = complete;
+    if (!complete || !kind) {
+        free(v);
+        return 0;
+    }
+    if (ranges_verified(c, v, n)) {
+        out->already = 1;
+        free(v);
+        return 0;
+    }
+    memset(&x, 0, sizeof x);
+    memset(&rep, 0, sizeof rep);
+    x.c = c;
+    x.rep = &rep;
+    x.o = &o;
+    x.total = out->size;
+    if (!(x.buf = malloc(DEEP_CHUNK))) {
+        free(v);
+        return shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory (file check)");
+    }
+    rc = check_file(&x, v, n, out->size, hex, kind, err);
+    free(x.buf);
+    out->bytes = rep.bytes;
+    if (rc == SHOAL_EIO) {
+        /* a blob went (evicted, removed) while it was read: not complete
+         * any more; its next commit brings the file back */
+        LOG_DEBUG(CACHE_TAG, "file check %s: %s (incomplete now)", out->path, err ? err->msg : "");
+        shoal_err_clear(err);
+        out->complete = 0;
+        free(v);
+        return 0;
+    }
+    if (rc < 0) {
+        free(v);
+        return rc;
+    }
+    out->result = rc;
+    if (rc == 1) {
+        for (size_t i = 0; rc >= 0 && i < n; i++)
+            if (objs_push(&out->objs, v[i].id) != 0)
+                rc = -1;
+        rc = rc < 0 ? shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory (file check)") : 0;
+    } else {
+        rc = etag_objects(c, etag, out->size, &out->objs, err);
+    }
+    free(v);
+    return rc;
+}
+
+int cache_file_verified(cache *c, const char *etag, const cache_verify_list *objs,
+                        shoal_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    int rc;
+
+    if (c->cfg.read_only)
+        return shoal_err_set(err, SHOAL_EINVAL, "cache %s is open read-only", c->dir);
+    if ((rc = cache_db_begin(c, err)) != 0)
+        return rc;
+    rc = sqlite3_prepare_v2(c->db, "UPDATE objects SET verified = 1 WHERE id = ?1", -1, &s, NULL);
+    for (size_t i = 0; rc == SQLITE_OK && i < objs->n; i++) {
+        sqlite3_bind_int64(s, 1, (int64_t)objs->ids[i]);
+        rc = sqlite3_step(s) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+        sqlite3_reset(s);
+    }
+    sqlite3_finalize(s);
+    s = NULL;
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(c->db, "UPDATE file_checks SET state = 1, checked_ms = ?2"
+                                " WHERE etag = ?1", -1, &s, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, etag, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, shoal_wall_ms());
+        rc = sqlite3_step(s) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_OK) {
+        rc = cache_db_fail(c, sqlite3_errcode(c->db), "record a file check", err);
+        cache_db_rollback(c);
+        return rc;
+    }
+    return cache_db_commit(c, err);
+}
+
+int cache_file_quarantine(cache *c, const char *etag, const char *path, uint64_t size,
+                          const cache_verify_list *objs, uint64_t *failures, uint64_t *bytes,
+                          shoal_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    uint64_t *ids, removed = 0;
+    size_t k = 0;
+    int rc;
+
+    if (c->cfg.read_only)
+        return shoal_err_set(err, SHOAL_EINVAL, "cache %s is open read-only", c->dir);
+    if (!(ids = malloc((objs->n ? objs->n : 1) * sizeof *ids)))
+        return shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory (quarantine)");
+    for (size_t i = 0; i < objs->n; i++) {
+        uint32_t at = cache_obj_by_id(c, objs->ids[i]);
+        if (at == CMAP_NONE)
+            continue;   /* evicted since the check */
+        removed += c->objs[at].len;
+        ids[k++] = objs->ids[i];
+    }
+    LOG_ERROR(CACHE_TAG, "%s (etag %s) does not hash to its etag: quarantining its %zu cached "
+              "objects (%" PRIu64 " bytes)", path, etag, k, removed);
+    rc = cache_objs_delete(c, ids, k, err);
+    free(ids);
+    if (rc)
+        return rc;
+    rc = sqlite3_prepare_v2(c->db, "INSERT INTO file_checks(etag, path, size, state, failures,"
+                            " quarantined_bytes, checked_ms) VALUES(?1, ?2, ?3, 2, 1, ?4, ?5)"
+                            " ON CONFLICT(etag) DO UPDATE SET state = 2, failures = failures + 1,"
+                            " quarantined_bytes = quarantined_bytes + ?4, checked_ms = ?5"
+                            " RETURNING failures", -1, &s, NULL);
+    if (rc != SQLITE_OK)
+        return cache_db_fail(c, rc, "record a quarantine", err);
+    sqlite3_bind_text(s, 1, etag, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, path, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, (int64_t)size);
+    sqlite3_bind_int64(s, 4, (int64_t)removed);
+    sqlite3_bind_int64(s, 5, shoal_wall_ms());
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW && failures)
+        *failures = (uint64_t)sqlite3_column_int64(s, 0);
+    while (rc == SQLITE_ROW)
+        rc = sqlite3_step(s);
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE)
+        return cache_db_fail(c, rc, "record a quarantine", err);
+    if (bytes)
+        *bytes = removed;
+    return 0;
+}
+
+/* One figure of the index, 0 when the query cannot run (an older index). */
+static uint64_t q_u64(cache *c, const char *sql, int col, uint64_t *second)
+{
+    sqlite3_stmt *s = NULL;
+    uint64_t v = 0;
+    if (sqlite3_prepare_v2(c->db, sql, -1, &s, NULL) != SQLITE_OK)
+        return 0;
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        v = (uint64_t)sqlite3_column_int64(s, col);
+        if (second)
+            *second = (uint64_t)sqlite3_column_int64(s, col + 1);
+    }
+    sqlite3_finalize(s);
+    return v;
+}
+
+int cache_integrity_get(cache *c, cache_integrity *out, shoal_err *err)
+{
+    (void)err;
+    memset(out, 0, sizeof *out);
+    out->verified_objects = q_u64(c, "SELECT COUNT(*), COALESCE(SUM(len), 0) FROM objects"
+                                     " WHERE verified = 1 AND kind != 3", 0, &out->verified_bytes);
+    out->trusted_objects = q_u64(c, "SELECT COUNT(*), COALESCE(SUM(len), 0) FROM objects"
+                                    " WHERE verified = 0 AND kind != 3", 0, &out->trusted_bytes);
+    if (out->trusted_objects == 0 && out->verified_objects == 0)   /* no column yet */
+        out->trusted_objects = q_u64(c, "SELECT COUNT(*), COALESCE(SUM(len), 0) FROM objects"
+                                        " WHERE kind != 3", 0, &out->trusted_bytes);
+    out->derived_objects = q_u64(c, "SELECT COUNT(*), COALESCE(SUM(len), 0) FROM objects"
+                                    " WHERE kind = 3", 0, &out->derived_bytes);
+    out->bad_files = q_u64(c, "SELECT COUNT(*) FROM file_checks WHERE state = 2", 0, NULL);
+    out->failures = q_u64(c, "SELECT COALESCE(SUM(failures), 0), COALESCE(SUM(quarantined_bytes),"
+                             " 0) FROM file_checks", 0, &out->quarantined_bytes);
+    return 0;
 }

@@ -46,6 +46,7 @@ int cache_verify_json(cache *c, const char *spec, const cache_verify_report *tot
         rj_set(&jrc, d, "bad", rj_u64(dr->bad));
         rj_set(&jrc, d, "unhashable", rj_u64(dr->unhashable));
         rj_set(&jrc, d, "bytes", rj_u64(dr->bytes));
+        rj_set(&jrc, d, "quarantined", rj_u64(dr->quarantined));
         for (const char *p = bad ? (const char *)bad->data : NULL, *nl; p && *p; p = nl + 1) {
             if (!(nl = strchr(p, '\n')))
                 break;

@@ -160,6 +160,12 @@ void cache_set_unlinker(cache *c, cache_unlink_fn fn, void *ctx)
     c->unlink_ctx = ctx;
 }
 
+void cache_set_commit_hook(cache *c, cache_commit_fn fn, void *ctx)
+{
+    c->commit_fn = fn;
+    c->commit_ctx = ctx;
+}
+
 void cache_unlink_later(cache *c, const char *path)
 {
     if (c->unlink_fn) {

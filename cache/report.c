@@ -715,6 +715,24 @@ static int walk_level(cache *c, stats_ctx *x, shoal_json *root, const char *key,
     return rc;
 }
 
+/* "integrity": bytes verified against an upstream hash vs trusted on
+ * their transfer (docs/stats-json.md). */
+static shoal_json *integrity_json(cache *c, int *jrc)
+{
+    cache_integrity g;
+    shoal_json *o = shoal_json_object();
+    cache_integrity_get(c, &g, NULL);
+    rj_set(jrc, o, "verified_bytes", rj_u64(g.verified_bytes));
+    rj_set(jrc, o, "verified_objects", rj_u64(g.verified_objects));
+    rj_set(jrc, o, "trusted_bytes", rj_u64(g.trusted_bytes));
+    rj_set(jrc, o, "trusted_objects", rj_u64(g.trusted_objects));
+    rj_set(jrc, o, "derived_bytes", rj_u64(g.derived_bytes));
+    rj_set(jrc, o, "bad_files", rj_u64(g.bad_files));
+    rj_set(jrc, o, "mismatches", rj_u64(g.failures));
+    rj_set(jrc, o, "quarantined_bytes", rj_u64(g.quarantined_bytes));
+    return o;
+}
+
 int cache_report_stats(cache *c, const cache_report_opts *o, shoal_buf *out, shoal_err *err)
 {
     static const cache_report_opts defaults;
@@ -770,6 +788,7 @@ int cache_report_stats(cache *c, const cache_report_opts *o, shoal_buf *out, sho
                                            x.total[CACHE_TIER_RAM].bytes_out));
     rj_set(&x.jrc, root, "bytes", bytes);
     rj_set(&x.jrc, root, "disk", disk_json(&x.jrc, &u, o->budget ? o->budget : u.budget));
+    rj_set(&x.jrc, root, "integrity", integrity_json(c, &x.jrc));
     if (o->live) {
         shoal_json *d = shoal_json_object();
         rj_set(&x.jrc, d, "started_ms", shoal_json_new_int(o->live->started_ms));

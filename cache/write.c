@@ -606,6 +606,8 @@ int cache_write_commit(cache_writer *w, uint64_t *id_out, shoal_err *err)
             goto fail;
         }
         w->etag = NULL;   /* now owned by the table */
+        if (c->commit_fn)
+            c->commit_fn(c->commit_ctx, o.etag, o.kind, o.off, o.len);
     }
     if (id_out)
         *id_out = w->id;

@@ -26,6 +26,8 @@
  *   derived.c  derived objects: PUT, PUT_BEGIN / PUT_COMMIT, lookup by name
  *   ops.c      the request handlers
  *   stats.c    the STATS JSON (docs/stats-json.md)
+ *   integrity.c files checked against their upstream hash once complete,
+ *              quarantine and re-fetch; damaged objects clients report
  *   metrics.c  --metrics: the counters in Prometheus's text format over HTTP
  *
  * Memory bound (docs/daemon.md): per connection, input is at most one frame
@@ -67,6 +69,7 @@ struct evhttp;
 #define DAEMON_WORKERS           4      /* worker threads */
 #define DAEMON_GC_STEP           (1ull << 30)   /* bytes one GC step may evict */
 #define DAEMON_REMOVE_STEP       256    /* objects one verify step removes */
+#define DAEMON_INTEGRITY_DAMAGED_MAX 1024  /* damaged objects one REPORT may name */
 
 typedef struct shoald shoald;
 typedef struct conn conn;
@@ -178,6 +181,7 @@ struct shoald {
     work  *work_live;              /* jobs posted and not done (loop thread) */
     opening *openings;             /* models being opened (model.c) */
     struct evhttp *metrics;        /* --metrics (metrics.c), or NULL */
+    struct integrity *integrity;   /* integrity.c */
     char   metrics_url[160];
 };
 
@@ -629,6 +633,32 @@ void warm_save_all(struct warm *w);
 void warm_stats_json(struct warm *w, void *json_array);
 /* Jobs not finished. */
 unsigned warm_running(const struct warm *w);
+
+/* ---- integrity.c ------------------------------------------------------------------ */
+
+/* Figures since start (the index keeps the totals: cache_integrity_get). */
+typedef struct integrity_counts {
+    uint64_t checks;               /* check jobs run */
+    uint64_t files_ok, files_bad;  /* complete files hashed: matched / not */
+    uint64_t bytes_hashed;
+    uint64_t quarantined_bytes;    /* removed after mismatches */
+    uint64_t refetches;            /* warm jobs started to fetch them again */
+    uint64_t damaged;              /* objects clients reported damaged, removed */
+    uint64_t queued;               /* files waiting for a check now */
+    unsigned running;              /* a check job is out */
+} integrity_counts;
+
+struct shoal_json;
+/* Started by work_init (the cache's commit hook), ended by work_shutdown. */
+int  integrity_init(shoald *d, shoal_err *err);
+void integrity_shutdown(shoald *d);
+void integrity_get(const shoald *d, integrity_counts *out);
+/* SHOAL_ECORRUPT naming the file when etag's file failed its check after
+ * every re-fetch (sched_attach: no new transfer of it while shoald runs). */
+int  integrity_refused(shoald *d, const char *etag, shoal_err *err);
+/* REPORT's "damaged": [{"layer":L,"expert":E}, ...] of model m: each
+ * object is removed (its next GET fetches it again). */
+int  integrity_damaged(shoald *d, model *m, const struct shoal_json *list, shoal_err *err);
 
 /* ---- settings.c ------------------------------------------------------------------- */
 

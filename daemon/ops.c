@@ -432,8 +432,10 @@ static int report_u64(const shoal_json *j, const char *key, uint64_t *out, shoal
     return 0;
 }
 
-/* {"tier":"ram","hits":N,"misses":N,"bytes":N,"handle":H,"layer":L}:
- * handle and layer optional.  bytes: what the client's tier served. */
+/* {"tier":"ram","hits":N,"misses":N,"bytes":N,"handle":H,"layer":L,
+ *  "damaged":[{"layer":L,"expert":E}]}: all but tier optional (damaged
+ * needs handle).  bytes: what the client's tier served; damaged: objects
+ * whose bytes did not match their checksum as the client read them. */
 static int op_report(conn *c, const daemon_request *rq)
 {
     shoal_err err = { 0 };
@@ -463,6 +465,16 @@ static int op_report(conn *c, const daemon_request *rq)
         if (!m)
             goto bad;
         req.model = m->model_id;
+    }
+    if (shoal_json_get(j, "damaged")) {   /* docs/protocol.md: REPORT */
+        model *m = handle ? ops_handle_model(c, (uint32_t)handle, &err) : NULL;
+        if (!m) {
+            if (!handle)
+                shoal_err_set(&err, SHOAL_EINVAL, "REPORT: \"damaged\" needs \"handle\"");
+            goto bad;
+        }
+        if (integrity_damaged(c->d, m, shoal_json_get(j, "damaged"), &err) != 0)
+            goto bad;
     }
     if (shoal_json_get(j, "layer"))
         req.layer = (int32_t)(layer > INT32_MAX ? INT32_MAX : layer);

@@ -260,8 +260,11 @@ int sched_attach(struct sched *s, model *m, const objref *o, waiter *w, shoal_er
 
     if (!x) {
         size_t n = strlen(o->key.etag);
+        int rc;
         if (n > CACHE_ETAG_MAX)
             return shoal_err_set(err, SHOAL_EINVAL, "etag too long");
+        if ((rc = integrity_refused(s->d, o->key.etag, err)) != 0)
+            return rc;   /* upstream keeps lying about this file */
         x = calloc(1, sizeof *x);
         if (!x)
             return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");

@@ -143,6 +143,26 @@ static int query_parse(const char *query, size_t qlen, char *spec, size_t cap,
     return rc;
 }
 
+/* The automatic file checks since start (integrity.c). */
+static shoal_json *integrity_json(shoald *d)
+{
+    integrity_counts n;
+    shoal_json *o = shoal_json_object();
+    if (!o)
+        return NULL;
+    integrity_get(d, &n);
+    shoal_json_set_int(o, "checks", (int64_t)n.checks);
+    shoal_json_set_int(o, "files_ok", (int64_t)n.files_ok);
+    shoal_json_set_int(o, "files_bad", (int64_t)n.files_bad);
+    shoal_json_set_int(o, "bytes_hashed", (int64_t)n.bytes_hashed);
+    shoal_json_set_int(o, "quarantined_bytes", (int64_t)n.quarantined_bytes);
+    shoal_json_set_int(o, "refetch_jobs", (int64_t)n.refetches);
+    shoal_json_set_int(o, "damaged_reported", (int64_t)n.damaged);
+    shoal_json_set_int(o, "files_queued", (int64_t)n.queued);
+    shoal_json_set_bool(o, "checking", n.running != 0);
+    return o;
+}
+
 /* What only the running daemon knows, added to the report's "daemon". */
 static void daemon_extra(shoald *d, shoal_json *o)
 {
@@ -153,6 +173,7 @@ static void daemon_extra(shoald *d, shoal_json *o)
     shoal_json_set_take(o, "scheduler", sched_json(d));
     shoal_json_set_take(o, "settings", settings_json(&d->cfg));
     shoal_json_set_take(o, "upstream", upstream_json(d));
+    shoal_json_set_take(o, "integrity", integrity_json(d));
     if (jobs) {
         warm_stats_json(d->warm, jobs);
         shoal_json_set_take(o, "jobs", jobs);

@@ -455,7 +455,7 @@ int work_init(shoald *d, shoal_err *err)
                                  strerror(e));
     }
     cache_set_unlinker(d->cache, unlink_later, d);
-    return 0;
+    return integrity_init(d, err);
 }
 
 void work_stop_all(shoald *d)
@@ -491,6 +491,7 @@ void work_shutdown(shoald *d)
     }
     while (W->pend)
         pending_end(d, W->pend);
+    integrity_shutdown(d);   /* after the last check job's done() */
     if (W->ev_done)
         event_free(W->ev_done);
     if (W->ev_steps)

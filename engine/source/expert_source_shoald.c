@@ -107,6 +107,11 @@ typedef struct slot {
     uint8_t io_direct;         /* io_fd is an O_DIRECT descriptor (else the tmpfs fallback) */
     int io_fd;                 /* EXPERT_PC_DIRECT: the descriptor the parts read */
     uint64_t io_off;           /* of the object in io_fd */
+    /* the parts are hashed as they are read (checked_read.c) against the
+     * index's XXH3-128; a mismatch fails the read with SHOAL_ECORRUPT */
+    uint8_t xxh[16];
+    checked_read *chk;
+    uint8_t refetched;         /* read back damaged once: reported and asked again */
 } slot;
 
 /* Reader threads and the default part size (docs/performance.md "Parallel
@@ -253,6 +258,8 @@ static void slot_unload(shoald_src *s, int layer, slot *sl)
     if (s->o.page_cache != EXPERT_PC_DIRECT)
         pthread_cond_broadcast(&s->io.work);   /* room in the pool */
     sl->ready = 0;
+    checked_read_free(sl->chk);
+    sl->chk = NULL;
     sl->io_next = sl->io_parts;                /* a ring entry left is inert (3.) */
     sl->io_left = 0;
     sl->io_skip = 0;
@@ -432,6 +439,8 @@ static void *io_main(void *arg)
             io->gbudget = io->gbudget > nb ? io->gbudget - nb : 0;
         pthread_mutex_unlock(&io->mu);
         int rc = part_read(s, sl, part);
+        if (rc == 0 && sl->chk)
+            checked_read_part(sl->chk, part, (const uint8_t *)sl->base + lo, hi - lo);
         pthread_mutex_lock(&io->mu);
         io->dactive -= demand;
         if (--io->nactive == 0)
@@ -445,6 +454,10 @@ static void *io_main(void *arg)
             sl->io_rc = rc;                        /* a failed part fails the slot */
         assert(sl->io_left > 0);
         if (--sl->io_left == 0) {
+            if (sl->chk && sl->io_rc == 0 && checked_read_result(sl->chk) != 1)
+                sl->io_rc = SHOAL_ECORRUPT;        /* the bytes are not the object's */
+            checked_read_free(sl->chk);
+            sl->chk = NULL;
             fd = sl->io_fd;
             sl->io_fd = -1;
             sl->ready = 1;
@@ -477,6 +490,8 @@ static void io_submit(shoald_src *s, slot *sl, int prefetch, int fresh)
         sl->ready = 0;
         sl->io_rc = 0;
         sl->io_parts = sl->io_left = n > 0 ? (uint32_t)n : 1;
+        checked_read_free(sl->chk);
+        sl->chk = checked_read_new(sl->xxh, sl->io_parts);   /* NULL (no memory): unchecked */
         sl->io_next = 0;
         sl->io_skip = 0;
     }
@@ -583,6 +598,7 @@ static int slot_load(shoald_src *s, int layer, slot *sl, shoal_item *it, int pre
             }
         }
     }
+    memcpy(sl->xxh, it->xxh128, sizeof sl->xxh);
     shoal_item_release(it, NULL);
     if (rc != 0)
         return rc;
@@ -975,11 +991,22 @@ static int shoald_fetch(void *impl, int layer, const int32_t *ids, size_t n,
             continue;
         }
         slot *sl = slot_at(s, layer, ids[i]);
+        if (read_done && read_rc == SHOAL_ECORRUPT && !sl->refetched) {
+            /* damaged on disk: shoald removes it, and it is asked again */
+            slot_unload(s, layer, sl);
+            sl->refetched = 1;
+            if ((rc = checked_read_report(s->link->client, s->link->handle, layer, ids[i],
+                                          err)) == 0)
+                rc = send_get(s, layer, &ids[i], 1, 0, err);   /* the layer's set stays */
+            continue;
+        }
         done[i] = 1;
         sl->pend = 0;
         left--;
         if (!sl->status && read_rc)
             sl->status = read_rc;
+        if (!read_rc)
+            sl->refetched = 0;
         if (sl->status) {
             shoal_err d = { 0 };
             int st = sl->status;

@@ -256,4 +256,24 @@ int engine_load_open(const char *spec, const engine_load_options *o, engine_load
                      shoal_err *err);
 void engine_load_close(engine_loaded *l);
 
+/* ---- checked reads (checked_read.c) -------------------------------------- */
+
+struct shoal_client;
+/* An object's XXH3-128 hashed as its nparts parts are read, by whichever
+ * threads read them (checked_read.c; the shoald expert source's
+ * readers use it, bench/checkread measures it).  NULL: out of memory. */
+typedef struct checked_read checked_read;
+checked_read *checked_read_new(const uint8_t want[16], uint32_t nparts);
+void checked_read_free(checked_read *r);
+/* Part `part` ([p, p+n), in the object's order) has been read.  Any
+ * thread; returns at once unless this caller takes the next parts' hash.
+ * Once every part's call has returned, checked_read_result is final. */
+int  checked_read_part(checked_read *r, uint32_t part, const uint8_t *p, size_t n);
+/* 1 the bytes match, -1 they do not, 0 not every part hashed yet. */
+int  checked_read_result(checked_read *r);
+/* Tell shoald that layer's expert read back damaged (REPORT "damaged"):
+ * it removes the object, so the next GET fetches it again. */
+int  checked_read_report(struct shoal_client *c, uint32_t handle, int layer, int32_t expert,
+                         shoal_err *err);
+
 #endif

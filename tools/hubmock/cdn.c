@@ -179,6 +179,8 @@ static void cdn_body_faults(hm_server *s, const hm_request *req, hm_response *re
         res->bw = f->bw;
         hm_response_fault(res, "bw");
     }
+    if (corrupt && s->faults.corrupt_count > 0 && --s->faults.corrupt_count == 0)
+        s->faults.rate_corrupt = 0;   /* that was the last one asked for */
     if (corrupt) {
         res->corrupt = f->corrupt_mode;
         if (f->corrupt_mode == HM_CORRUPT_DRIFT)

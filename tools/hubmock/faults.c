@@ -41,6 +41,7 @@ static const struct fault_key {
     { "hub_stall",         K_SECS, offsetof(hm_faults, hub_stall) },
     { "rate_corrupt",      K_RATE, offsetof(hm_faults, rate_corrupt) },
     { "corrupt_mode",      K_MODE, offsetof(hm_faults, corrupt_mode) },
+    { "corrupt_count",     K_U64,  offsetof(hm_faults, corrupt_count) },
     { "drip_secs",         K_SECS, offsetof(hm_faults, drip_secs) },
     { "huge_header",       K_SIZE, offsetof(hm_faults, huge_header) },
 };

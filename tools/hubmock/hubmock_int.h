@@ -144,6 +144,8 @@ typedef struct hm_faults {
     double   hub_stall;              /* seconds before every hub-port answer */
     double   rate_corrupt;           /* CDN bodies: corrupted as corrupt_mode */
     int      corrupt_mode;           /* HM_CORRUPT_ONE / ALL / DRIFT */
+    uint64_t corrupt_count;          /* > 0: only this many more corrupted answers,
+                                        then rate_corrupt drops to 0 */
     double   drip_secs;              /* CDN bodies: one byte every drip_secs */
     uint64_t huge_header;            /* bytes of an extra response header, 0: none */
 } hm_faults;

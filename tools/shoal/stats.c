@@ -252,6 +252,31 @@ static void print_disk(FILE *f, const shoal_json *j)
     fputc('\n', f);
 }
 
+/* Bytes checked against an upstream hash vs trusted on their transfer
+ * (docs/daemon.md "Integrity"). */
+static void print_integrity(FILE *f, const shoal_json *j)
+{
+    char a[FMT_MAX], b[FMT_MAX];
+    uint64_t v = (uint64_t)jint(j, "integrity.verified_bytes", 0);
+    uint64_t t = (uint64_t)jint(j, "integrity.trusted_bytes", 0);
+    fputs("Integrity\n", f);
+    fmt_kv(f, 2, "verified against upstream hash", "%10s  %8s", fmt_size(v, a),
+           v + t ? fmt_pct((double)v / (double)(v + t), b) : "-");
+    fmt_kv(f, 2, "trusted on transfer", "%10s  %8s", fmt_size(t, a),
+           v + t ? fmt_pct((double)t / (double)(v + t), b) : "-");
+    fmt_kv(f, 2, "made here (derived)", "%10s",
+           fmt_size((uint64_t)jint(j, "integrity.derived_bytes", 0), a));
+    if (jint(j, "integrity.mismatches", 0))
+        fmt_kv(f, 2, "mismatches (quarantined)", "%10lld  (%s removed; %lld files bad now)",
+               (long long)jint(j, "integrity.mismatches", 0),
+               fmt_size((uint64_t)jint(j, "integrity.quarantined_bytes", 0), a),
+               (long long)jint(j, "integrity.bad_files", 0));
+    if (!jnull(j, "daemon.integrity") && jint(j, "daemon.integrity.files_queued", 0))
+        fmt_kv(f, 2, "files waiting for a check", "%10lld",
+               (long long)jint(j, "daemon.integrity.files_queued", 0));
+    fputc('\n', f);
+}
+
 /* shoald's settings and where each came from (HOME/shoald.conf). */
 static void print_settings(FILE *f, const shoal_json *j)
 {
@@ -489,6 +514,7 @@ static void stats_print(FILE *f, const shoal_json *j, cache_report_by by, int li
     print_requests(f, j);
     print_tiers(f, j);
     print_disk(f, j);
+    print_integrity(f, j);
     print_settings(f, j);
     print_models(f, j);
     print_layers(f, j, by == CACHE_REPORT_BY_LAYER);

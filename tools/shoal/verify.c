@@ -47,7 +47,7 @@ static int print_result(const shoal_json *j, int json)
 {
     char a[FMT_MAX], b[FMT_MAX];
     int64_t bad = jint(j, "bad", 0), missing = jint(j, "missing", 0);
-    int64_t dbad = jint(j, "deep.bad", 0);
+    int64_t dbad = jint(j, "deep.bad", 0) + jint(j, "deep.quarantined", 0);
 
     if (json) {
         cli_json_print(j);
@@ -59,14 +59,19 @@ static int print_result(const shoal_json *j, int json)
         if (!jnull(j, "deep")) {
             shoal_json *bf = shoal_json_path(j, "deep.bad_files");
             printf("Whole files: %lld known, %lld fully cached: %lld match their etag, %lld do NOT, "
-                   "%lld have no hash etag (%s hashed)\n",
+                   "%lld have no hash etag, %lld quarantined (%s hashed)\n",
                    (long long)jint(j, "deep.files", 0), (long long)jint(j, "deep.complete", 0),
-                   (long long)jint(j, "deep.ok", 0), (long long)dbad,
+                   (long long)jint(j, "deep.ok", 0), (long long)jint(j, "deep.bad", 0),
                    (long long)jint(j, "deep.unhashable", 0),
+                   (long long)jint(j, "deep.quarantined", 0),
                    fmt_size((uint64_t)jint(j, "deep.bytes", 0), a));
             for (size_t i = 0; bf && i < shoal_json_array_size(bf); i++)
                 printf("  bad file: %s\n", shoal_json_str_value(shoal_json_array_at(bf, i)));
-            if (dbad)
+            if (jint(j, "deep.quarantined", 0))
+                printf("A quarantined file failed shoald's automatic check (upstream sent bytes "
+                       "that do not hash to its etag): its objects were removed and are fetched "
+                       "again; see the log.\n");
+            if (jint(j, "deep.bad", 0))
                 printf("A bad file means upstream sent bytes that do not hash to its etag: "
                        "`shoal rm` the model and fetch it again.\n");
         }
@@ -95,6 +100,7 @@ static int deep_here(const shoal_cli *cli, const char *spec, shoal_json *j, shoa
         shoal_json_set_int(d, "bad", (int64_t)r.bad);
         shoal_json_set_int(d, "unhashable", (int64_t)r.unhashable);
         shoal_json_set_int(d, "bytes", (int64_t)r.bytes);
+        shoal_json_set_int(d, "quarantined", (int64_t)r.quarantined);
         for (char *p = (char *)bad.data, *nl; p && (nl = strchr(p, '\n')); p = nl + 1)
             shoal_json_append_take(arr, shoal_json_new_strn(p, (size_t)(nl - p)));
         shoal_json_set_take(d, "bad_files", arr);

@@ -552,6 +552,89 @@ static void test_deep_verify(void **state)
     shoal_buf_free(&bad);
 }
 
+static void on_commit_count(void *ctx, const char *etag, int kind, uint64_t off, uint64_t len)
+{
+    (void)etag;
+    (void)kind;
+    (void)off;
+    (void)len;
+    (*(int *)ctx)++;
+}
+
+/* shoald's automatic checks: a complete file that matches is marked
+ * verified (and then skipped), one that does not is quarantined (its
+ * objects removed, the failure recorded and listed by verify --deep), an
+ * incomplete one is left alone; the integrity figures add up. */
+static void test_file_checks(void **state)
+{
+    fx *f = *state;
+    cache_file_check r;
+    cache_integrity g, g0;
+    cache_deep_report dr;
+    shoal_buf bad;
+    shoal_err e;
+    uint64_t failures = 0, bytes = 0;
+    int commits = 0;
+    static uint8_t shard[SHARD_SIZE];
+
+    fx_open(f, 0);
+    assert_int_equal(cache_integrity_get(f->c, &g0, &e), 0);
+    assert_int_equal(g0.verified_bytes, 0);
+    assert_true(g0.trusted_bytes > 0);
+    assert_int_equal(cache_file_check_run(f->c, fxn.config_etag, NULL, NULL, &r, &e), 0);
+    assert_true(r.known && r.complete && r.hashable && !r.already);
+    assert_int_equal(r.result, 1);
+    assert_int_equal(r.objs.n, 1);
+    assert_string_equal(r.path, "config.json");
+    assert_int_equal(cache_file_verified(f->c, fxn.config_etag, &r.objs, &e), 0);
+    cache_verify_list_free(&r.objs);
+    assert_int_equal(cache_file_check_run(f->c, fxn.config_etag, NULL, NULL, &r, &e), 0);
+    assert_true(r.already && r.result == -1);
+    cache_verify_list_free(&r.objs);
+
+    assert_int_equal(cache_file_check_run(f->c, fxn.shard_etag, NULL, NULL, &r, &e), 0);
+    assert_true(r.known && !r.complete && r.result == -1);   /* two experts missing */
+    cache_verify_list_free(&r.objs);
+
+    assert_int_equal(cache_file_check_run(f->c, fxn.bad_etag, NULL, NULL, &r, &e), 0);
+    assert_true(r.complete && r.result == 0);
+    assert_int_equal(r.objs.n, 1);
+    assert_int_equal(cache_file_quarantine(f->c, fxn.bad_etag, r.path, r.size, &r.objs, &failures,
+                                           &bytes, &e), 0);
+    cache_verify_list_free(&r.objs);
+    assert_int_equal(failures, 1);
+    assert_int_equal(bytes, 100);
+    cache_key bk = { fxn.bad_etag, 0, 100 };
+    assert_int_equal(cache_remove(f->c, &bk, &e), SHOAL_ENOTFOUND);   /* not served any more */
+
+    assert_int_equal(cache_integrity_get(f->c, &g, &e), 0);
+    assert_int_equal(g.verified_bytes, sizeof config_text - 1);
+    assert_int_equal(g.verified_objects, 1);
+    assert_int_equal(g.trusted_bytes, g0.trusted_bytes - (sizeof config_text - 1) - 100);
+    assert_int_equal(g.bad_files, 1);
+    assert_int_equal(g.failures, 1);
+    assert_int_equal(g.quarantined_bytes, 100);
+
+    shoal_buf_init(&bad, 0);
+    assert_int_equal(cache_verify_deep(f->c, "org/tiny", NULL, &dr, &bad, &e), 0);
+    assert_int_equal(dr.quarantined, 1);
+    assert_int_equal(dr.bad, 0);
+    assert_string_equal((const char *)bad.data, "bad.bin (quarantined)\n");
+    shoal_buf_free(&bad);
+
+    /* The commit hook hears of every commit; the shard, once whole, checks ok. */
+    cache_set_commit_hook(f->c, on_commit_count, &commits);
+    shard_bytes(shard);
+    put_expert(f->c, shard, 1, 2);
+    put_expert(f->c, shard, 1, 3);
+    assert_int_equal(commits, 2);
+    cache_set_commit_hook(f->c, NULL, NULL);
+    assert_int_equal(cache_file_check_run(f->c, fxn.shard_etag, NULL, NULL, &r, &e), 0);
+    assert_int_equal(r.result, 1);
+    assert_int_equal(r.bytes, SHARD_SIZE);
+    cache_verify_list_free(&r.objs);
+}
+
 static void test_verify_finds_corrupt_blob(void **state)
 {
     fx *f = *state;
@@ -647,6 +730,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_stats_model_filter, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_models_report_and_manifest, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_deep_verify, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_file_checks, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_verify_finds_corrupt_blob, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_gc_rm_pin, fx_setup, fx_teardown),
     };
