@@ -59,7 +59,7 @@ same() {     # A B: ids and logits bit for bit
     cmp -s "$T/l_$1" "$T/l_$2" || fail "$2: logits differ from $1's"
     [ -s "$T/l_$2" ] || fail "$2: no logits dumped"
 }
-rank_tier() { sed -n "s/^stats: rank $2: .* $3 \([0-9]*\).*/\1/p" "$T/e_$1" | head -n 1; }
+rank_tier() { sed -n "s/.*stats: rank $2: .* $3 \([0-9]*\).*/\1/p" "$T/e_$1" | head -n 1; }
 
 # ---- tiny-k3: cold (the owners fetch from the network), then warm -------------
 single tiny hf://t/tiny 6 --threads 2
