@@ -307,7 +307,14 @@ int cmd_export(shoal_cli *cli, int argc, char **argv)
             dashed[k++] = *q == '/' ? '-' : *q;
         }
         dashed[k] = '\0';
-        snprintf(top, sizeof top, "%s/models--%s", dir, dashed);
+        int n = snprintf(top, sizeof top, "%s/models--%s", dir, dashed);
+        if (n < 0 || (size_t)n >= sizeof top) {
+            fprintf(stderr, "shoal export: %s/models--%s: the path is too long; give a shorter "
+                    "--cache-dir\n", dir, dashed);
+            manifest_free(m);
+            cache_close(c);
+            return EXIT_FAIL;
+        }
     }
     rc = export_files(c, m, hf ? top : NULL, dir, &t);
     if (rc >= 0) {
