@@ -121,9 +121,13 @@ fi
 say() { [ "$mode" = "--if-missing" ] && [ -z "${said:-}" ] && { said=1; echo "deps: installing what is missing"; }; echo "deps: $*"; }
 
 missing=()
+# One line per installed architecture: with the arm64 -dev packages of the
+# cross build beside the native ones, a name has two (dpkg-query -W prints
+# both), and the native one (or an arch: all package) is what counts.
+native=$(dpkg --print-architecture 2>/dev/null || echo amd64)
 for p in "${APT_PKGS[@]}"; do
-    st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
-    [ "$st" = "install ok installed" ] || missing+=("$p")
+    dpkg-query -W -f='${Status} ${Architecture}\n' "$p" 2>/dev/null \
+        | grep -qE "^install ok installed ($native|all)\$" || missing+=("$p")
 done
 # Node.js and npm: a machine may carry them from another source than
 # Debian's (nodesource bundles npm into nodejs); the commands are what count.
