@@ -218,6 +218,9 @@ void work_post(shoald *d, work *w);
 void work_step(shoald *d, work *w);
 /* Set stop on every job (shutdown). */
 void work_stop_all(shoald *d);
+/* A worker's own read-only handle on the cache (CACHE_OPEN_SIDE: it never
+ * takes the writer's lock nor waits for the loop); cache_close when done. */
+int  work_side_open(shoald *d, cache **side, shoal_err *err);
 /* After the loop ended: join the threads and let each job's done() clean
  * up (it sees d->stopping). */
 void work_shutdown(shoald *d);

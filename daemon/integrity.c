@@ -111,12 +111,9 @@ static int check_progress(void *ctx, uint64_t done, uint64_t total)
 static void check_run(work *w)
 {
     check_job *j = (check_job *)w;
-    cache_config cc;
     cache *side = NULL;
 
-    cache_config_default(&cc);
-    cc.read_only = CACHE_OPEN_SIDE;
-    if ((j->rc = cache_open(w->d->cfg.home, &cc, &side, NULL, &j->err)) != 0)
+    if ((j->rc = work_side_open(w->d, &side, &j->err)) != 0)
         return;
     for (size_t i = 0; i < j->n && !atomic_load(&w->stop); i++) {
         shoal_err e = { 0 };

@@ -111,13 +111,10 @@ static void open_run(work *w)
 {
     opening *op = (opening *)w;
     shoald *d = w->d;
-    cache_config cc;
     cache *side = NULL;
 
     work_progress_set(&w->prog, "resolve", 0, 0);
-    cache_config_default(&cc);
-    cc.read_only = CACHE_OPEN_SIDE;
-    op->rc = cache_open(d->cfg.home, &cc, &side, NULL, &op->err);
+    op->rc = work_side_open(d, &side, &op->err);
     if (op->rc == 0)
         op->rc = upstream_model_prepare(&d->cfg, op->spec, side, &w->stop, &w->prog, &op->um,
                                         &op->man, &op->from_cache, &op->keep, &op->err);

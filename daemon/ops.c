@@ -631,14 +631,11 @@ static void verify_bad_file(void *ctx, const char *path, const char *etag)
 static void verify_run(work *w)
 {
     verify_job *v = (verify_job *)w;
-    cache_config cc;
     cache *side = NULL;
     cache_deep_opts o = { verify_progress, verify_bad_file, v };
     const char *spec = v->spec[0] ? v->spec : NULL;
 
-    cache_config_default(&cc);
-    cc.read_only = CACHE_OPEN_SIDE;
-    v->rc = cache_open(w->d->cfg.home, &cc, &side, NULL, &v->err);
+    v->rc = work_side_open(w->d, &side, &v->err);
     if (v->rc == 0)
         v->rc = cache_verify_scan(side, spec, &v->tot, &v->bad, verify_progress, v, &v->err);
     if (v->rc == 0 && v->deep) {

@@ -292,6 +292,15 @@ static void unlink_later(const char *path, void *ctx)
  * of the disk (0.3 s measured while a PUT streamed GBs).  A worker runs a
  * PASSIVE one every 2 s on a side handle, which never waits for the loop. */
 
+int work_side_open(shoald *d, cache **side, shoal_err *err)
+{
+    cache_config cc;
+    cache_config_default(&cc);
+    cc.read_only = CACHE_OPEN_SIDE;
+    *side = NULL;
+    return cache_open(d->cfg.home, &cc, side, NULL, err);
+}
+
 typedef struct ckpt_job {
     work w;
     int  rc;
@@ -301,11 +310,8 @@ typedef struct ckpt_job {
 static void ckpt_run(work *w)
 {
     ckpt_job *k = (ckpt_job *)w;
-    cache_config cc;
     cache *side = NULL;
-    cache_config_default(&cc);
-    cc.read_only = CACHE_OPEN_SIDE;
-    k->rc = cache_open(w->d->cfg.home, &cc, &side, NULL, &k->err);
+    k->rc = work_side_open(w->d, &side, &k->err);
     if (k->rc == 0)
         k->rc = cache_wal_checkpoint(side, &k->err);
     cache_close(side);
