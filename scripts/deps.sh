@@ -101,12 +101,20 @@ if [ -n "$cross" ]; then
     if [ ${#missing[@]} -gt 0 ]; then
         echo "deps: for $cross: apt-get install ${missing[*]}"
         export DEBIAN_FRONTEND=noninteractive
+        added=
         if ! dpkg --print-foreign-architectures | grep -qx "$arch"; then
-            $SUDO dpkg --add-architecture "$arch"
+            $SUDO dpkg --add-architecture "$arch" && added=1
         fi
-        $SUDO apt-get update -qq || { echo "deps: apt-get update failed; check the network or the apt sources" >&2; exit 1; }
+        # A mirror without $arch's indices fails every later apt-get update
+        # while the architecture stays added: take it back out on failure
+        # (possible while none of its packages is installed).
+        undo() {
+            [ -z "$added" ] || $SUDO dpkg --remove-architecture "$arch" 2>/dev/null || true
+            echo "deps: $1" >&2; exit 1
+        }
+        $SUDO apt-get update -qq || undo "apt-get update failed with $arch added; check the network or the apt sources"
         $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
-            || { echo "deps: apt-get install failed for: ${missing[*]}" >&2; exit 1; }
+            || undo "apt-get install failed for: ${missing[*]}"
     elif [ "$mode" = install ]; then
         echo "deps: packages for $cross present (${#CROSS_APT[@]} checked)"
     fi
