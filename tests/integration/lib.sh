@@ -52,6 +52,22 @@ wait_line() {
     return 1
 }
 
+# start_daemon [ARGS...]: shoald on $H (--no-fsync, then ARGS), each start
+# logging to a fresh $LOG (wait_line must see its own 'ready on'); $PID_shoald.
+# stop_daemon: SIGTERM, and shoald must exit 0.  A script may define its own.
+start_daemon() {
+    starts=$((${starts:-0} + 1))
+    LOG=$T/shoald.$starts.log
+    bg shoald "$BIN/shoald" --home "$H" --no-fsync --log "$LOG" "$@"
+    wait_line "$LOG" 'ready on' 20 || fail "shoald did not start"
+}
+stop_daemon() {
+    kill -TERM "$PID_shoald"
+    local rc=0
+    wait "$PID_shoald" || rc=$?
+    [ "$rc" = 0 ] || fail "shoald exited $rc on SIGTERM"
+}
+
 start_hubmock() {
     bg hubmock "$BIN/hubmock" "$@"
     wait_line "$T/hubmock.log" '^hub http://127\.0\.0\.1:[0-9]+ cdn http://127\.0\.0\.1:[0-9]+' 30 \

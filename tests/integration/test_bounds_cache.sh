@@ -19,18 +19,6 @@ PY=/usr/bin/python3
 H=$T/home
 C="$BIN/shoalc --home $H"
 
-start_daemon() {   # a fresh log per start
-    starts=$((${starts:-0} + 1))
-    LOG=$T/shoald.$starts.log
-    bg shoald "$BIN/shoald" --home "$H" --no-fsync --log "$LOG" "$@"
-    wait_line "$LOG" 'ready on' 20 || fail "shoald did not start"
-}
-stop_daemon() {
-    kill -TERM "$PID_shoald"
-    local rc=0
-    wait "$PID_shoald" || rc=$?
-    [ "$rc" = 0 ] || fail "shoald exited $rc on SIGTERM"
-}
 refused() {   # refused WHAT REGEX [ARGS...]: shoald must not start, saying REGEX
     local what=$1 re=$2 rc=0
     shift 2

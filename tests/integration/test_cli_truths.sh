@@ -20,14 +20,6 @@ export HF_ENDPOINT=$HUB
 H=$T/home
 M=hf://t/tiny
 S() { "$BIN/shoal" --home "$H" "$@"; }
-starts=0
-start_daemon() {
-    starts=$((starts + 1))
-    LOG=$T/shoald.$starts.log
-    bg shoald "$BIN/shoald" --home "$H" --no-fsync --log "$LOG" "$@"
-    wait_line "$LOG" 'ready on' 20 || fail "shoald did not start"
-}
-stop_daemon() { kill -TERM "$PID_shoald"; wait "$PID_shoald" || fail "shoald exited $? on SIGTERM"; }
 
 # ---- no shoald: 3; estimate's hint -------------------------------------------------------
 mkdir -p "$H"

@@ -14,18 +14,6 @@ H=$T/home
 M=hf://t/tiny
 export HF_ENDPOINT=$HUB
 
-start_daemon() {   # each start logs to a fresh file: wait_line must see its own line
-    starts=$((${starts:-0} + 1))
-    LOG=$T/shoald.$starts.log
-    bg shoald "$BIN/shoald" --home "$H" --no-fsync --log "$LOG" "$@"
-    wait_line "$LOG" 'ready on' 20 || fail "shoald did not start"
-}
-stop_daemon() {
-    kill -TERM "$PID_shoald"
-    local rc=0
-    wait "$PID_shoald" || rc=$?
-    [ "$rc" = 0 ] || fail "shoald exited $rc on SIGTERM"
-}
 summary() { grep '^hits ' "$1"; }
 field() { summary "$1" | awk -v k="$2" '{for (i = 1; i < NF; i++) if ($i == k) print $(i + 1)}'; }
 

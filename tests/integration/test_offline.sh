@@ -20,14 +20,6 @@ export HF_ENDPOINT=$HUB
 H=$T/home
 M=hf://t/tiny
 P=7,100,300,5,9,42,11,12,13,700,1
-starts=0
-start_daemon() {
-    starts=$((starts + 1))
-    LOG=$T/shoald.$starts.log
-    bg shoald "$BIN/shoald" --home "$H" --no-fsync --log "$LOG" "$@"
-    wait_line "$LOG" 'ready on' 20 || fail "shoald did not start"
-}
-stop_daemon() { kill -TERM "$PID_shoald"; wait "$PID_shoald" || fail "shoald exited $? on SIGTERM"; }
 item() { grep "^$2 " "$1"; }   # the line of one key in shoalc's output
 
 # ---- online: everything of t/tiny, only config.json of t/two -------------------------
