@@ -369,7 +369,7 @@ int shoal_client_open(shoal_client *c, const char *model, shoal_model_info *out,
     out->manifest_fd = -1;
     begin(c, SHOAL_MSG_OPEN);
     shoal_msg_put_str(&c->msg, model, strlen(model));
-    rc = client_call(c, SHOAL_MSG_OPEN_OK, &fd, err);
+    rc = client_call(c, SHOAL_MSG_OPEN_OK4, &fd, err);
     if (rc)
         return rc;
     shoal_rd_init(&r, c->body.data, c->body.len);
@@ -379,6 +379,7 @@ int shoal_client_open(shoal_client *c, const char *model, shoal_model_info *out,
     out->layers = shoal_rd_u16(&r);
     out->experts_per_layer = shoal_rd_u32(&r);
     out->expert_bytes = shoal_rd_u64(&r);
+    out->upstream = shoal_rd_u8(&r);
     if (shoal_rd_finish(&r)) {
         if (fd >= 0)
             close(fd);

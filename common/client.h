@@ -66,6 +66,7 @@ typedef struct shoal_model_info {
     uint64_t expert_bytes;
     int      manifest_fd;     /* caller closes; -1 if none */
     uint64_t manifest_len;
+    uint8_t  upstream;        /* SHOAL_UPSTREAM_* (common/proto.h) */
 } shoal_model_info;
 
 int shoal_client_open(shoal_client *c, const char *model, shoal_model_info *out, shoal_err *err);

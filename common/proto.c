@@ -24,6 +24,7 @@ static const char *const msg_names[] = {
     [SHOAL_MSG_JOB_OK] = "JOB_OK", [SHOAL_MSG_JOB_STATUS] = "JOB_STATUS",
     [SHOAL_MSG_JSON] = "JSON", [SHOAL_MSG_PROGRESS] = "PROGRESS",
     [SHOAL_MSG_PUT_READY] = "PUT_READY", [SHOAL_MSG_JOB_STATUS3] = "JOB_STATUS3",
+    [SHOAL_MSG_OPEN_OK4] = "OPEN_OK4",
 };
 
 int shoal_msg_type_known(uint16_t type)
@@ -42,6 +43,8 @@ unsigned shoal_msg_type_version(uint16_t type)
     case SHOAL_MSG_RM:
     case SHOAL_MSG_JOB_STATUS3:
         return 3;
+    case SHOAL_MSG_OPEN_OK4:
+        return 4;
     default:
         return 1;
     }

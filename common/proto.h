@@ -23,9 +23,10 @@
 /* The version a client asks for in HELLO and the oldest the daemon still
  * speaks (docs/protocol.md, principle 2).  2 added PROGRESS, PUT_BEGIN,
  * PUT_COMMIT and PUT_READY; 3 added RM and JOB_STATUS3 (JOB's answer with
- * the last error's code); a connection that said 1 never receives a type
- * version 1 did not know. */
-#define SHOAL_PROTO_VERSION   3
+ * the last error's code); 4 added OPEN_OK4 (OPEN's answer with how the
+ * model's upstream stands: SHOAL_UPSTREAM_*); a connection that said 1
+ * never receives a type version 1 did not know. */
+#define SHOAL_PROTO_VERSION   4
 #define SHOAL_PROTO_VERSION_MIN 1
 #define SHOAL_PROTO_HEADER    24
 #define SHOAL_PROTO_MAX_BODY  (1u << 20)
@@ -40,10 +41,17 @@ enum shoal_msg_type {
     SHOAL_MSG_OK = 64, SHOAL_MSG_ERROR = 65, SHOAL_MSG_HELLO_OK = 66, SHOAL_MSG_OPEN_OK = 67,
     SHOAL_MSG_GET_ITEM = 68, SHOAL_MSG_JOB_OK = 69, SHOAL_MSG_JOB_STATUS = 70,
     SHOAL_MSG_JSON = 71, SHOAL_MSG_PROGRESS = 72, SHOAL_MSG_PUT_READY = 73,
-    SHOAL_MSG_JOB_STATUS3 = 74
+    SHOAL_MSG_JOB_STATUS3 = 74, SHOAL_MSG_OPEN_OK4 = 75
 };
 
-/* The oldest protocol version that knows a message type (1, 2 or 3). */
+/* OPEN_OK4's upstream byte: how the model's revision was resolved.
+ * OFFLINE: HF_HUB_OFFLINE is set, UNREACHABLE: the Hub could not be
+ * reached — in both a branch is its last known commit and only what the
+ * cache holds serves; LOCAL: a directory (no upstream). */
+enum { SHOAL_UPSTREAM_ONLINE = 0, SHOAL_UPSTREAM_LOCAL = 1, SHOAL_UPSTREAM_OFFLINE = 2,
+       SHOAL_UPSTREAM_UNREACHABLE = 3 };
+
+/* The oldest protocol version that knows a message type (1 to 4). */
 unsigned shoal_msg_type_version(uint16_t type);
 
 /* PROGRESS: how far a long request (OPEN, PUT, VERIFY, GC) has come.  Never

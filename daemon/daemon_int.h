@@ -504,6 +504,7 @@ int  upstream_peer_blob(const model *m, uint32_t file, char *out, size_t cap);
 /* "online", "offline" (HF_HUB_OFFLINE: the cache only) or "unreachable"
  * (the Hub did not answer at open: the revision is its last known commit),
  * "local" for a directory. */
+int upstream_state(const model *m);             /* SHOAL_UPSTREAM_* */
 const char *upstream_state_name(const model *m);
 
 /* ---- peer.c: objects served in place from the Hugging Face cache ---- */

@@ -116,13 +116,17 @@ static void open_reply(conn *c, uint64_t id, model *md)
         return;
     }
     session_handle_add(c, md->handle);
-    shoal_msg_begin(b, SHOAL_MSG_OPEN_OK, SHOAL_MSG_F_FD | SHOAL_MSG_F_LAST, id);
+    /* Version 4 has OPEN_OK4: the same, and how the upstream stands. */
+    shoal_msg_begin(b, c->version >= 4 ? SHOAL_MSG_OPEN_OK4 : SHOAL_MSG_OPEN_OK,
+                    SHOAL_MSG_F_FD | SHOAL_MSG_F_LAST, id);
     shoal_msg_put_u32(b, md->handle);
     shoal_msg_put_str(b, md->man->commit, strlen(md->man->commit));
     shoal_msg_put_u64(b, md->encoded.len);
     shoal_msg_put_u16(b, (uint16_t)md->man->n_layers);
     shoal_msg_put_u32(b, md->man->experts_per_layer);
     shoal_msg_put_u64(b, md->man->expert_bytes);
+    if (c->version >= 4)
+        shoal_msg_put_u8(b, (uint8_t)upstream_state(md));
     if (shoal_msg_end(b) != 0) {
         close(fd);
         return;

@@ -187,6 +187,25 @@ static void daemon_extra(shoald *d, shoal_json *o)
     }
 }
 
+/* Each open model's row says how its upstream stands ("online", "local",
+ * "offline": HF_HUB_OFFLINE, "unreachable": its revision is the last known
+ * commit); a model no engine has open has no "upstream". */
+static void models_upstream(shoald *d, shoal_json *root)
+{
+    shoal_json *ms = shoal_json_get(root, "models");
+    for (size_t i = 0; ms && i < shoal_json_array_size(ms); i++) {
+        shoal_json *row = shoal_json_array_at(ms, i);
+        int64_t v;
+        if (shoal_json_int(row, "id", &v, NULL) != 0)
+            continue;
+        for (int k = 0; k < DAEMON_MODELS_MAX; k++)
+            if (d->models[k] && d->models[k]->model_id == v) {
+                shoal_json_set_str(row, "upstream", upstream_state_name(d->models[k]));
+                break;
+            }
+    }
+}
+
 int stats_json(shoald *d, const char *query, size_t qlen, shoal_buf *out, shoal_err *err)
 {
     char spec[SHOAL_PROTO_MAX_STR + 1];
@@ -218,6 +237,7 @@ int stats_json(shoald *d, const char *query, size_t qlen, shoal_buf *out, shoal_
     dj = shoal_json_get(root, "daemon");
     if (dj && shoal_json_typeof(dj) == SHOAL_JSON_OBJECT)
         daemon_extra(d, dj);
+    models_upstream(d, root);
     if (shoal_json_dump(root, SHOAL_JSON_COMPACT, out) != 0)
         rc = shoal_err_set(err, SHOAL_ETOOBIG, "the statistics exceed %u MiB: ask for one "
                            "model or a coarser \"by\"", DAEMON_JSON_MAX >> 20);

@@ -489,17 +489,23 @@ int upstream_peer_blob(const model *m, uint32_t file, char *out, size_t cap)
     return fetch_upstream_peer_blob(m->up->u, m->man->files[file].path, out, cap);
 }
 
-const char *upstream_state_name(const model *m)
+int upstream_state(const model *m)
 {
     if (m->local)
-        return "local";
+        return SHOAL_UPSTREAM_LOCAL;
     if (!m->up || !m->up->u)
-        return "online";
+        return SHOAL_UPSTREAM_ONLINE;
     switch (fetch_upstream_offline(m->up->u)) {
-    case FETCH_OFFLINE:     return "offline";
-    case FETCH_UNREACHABLE: return "unreachable";
-    default:                return "online";
+    case FETCH_OFFLINE:     return SHOAL_UPSTREAM_OFFLINE;
+    case FETCH_UNREACHABLE: return SHOAL_UPSTREAM_UNREACHABLE;
+    default:                return SHOAL_UPSTREAM_ONLINE;
     }
+}
+
+const char *upstream_state_name(const model *m)
+{
+    static const char *const names[] = { "online", "local", "offline", "unreachable" };
+    return names[upstream_state(m)];
 }
 
 void upstream_stats(const model *m, fetch_stats *out)

@@ -516,6 +516,26 @@ void engine_remote_spine_info(const engine_remote *r, engine_remote_spine *out)
     *out = r->spine;
 }
 
+/* Say so when shoald resolved the model without its Hub: a branch is then
+ * its last known commit, and only what the cache holds serves. */
+static void upstream_notice(const char *spec, const shoal_model_info *mi)
+{
+    const char *at = strchr(spec + 5, '@');
+    const char *rev = at ? at + 1 : "main";
+    char what[160];
+
+    if (mi->upstream != SHOAL_UPSTREAM_OFFLINE && mi->upstream != SHOAL_UPSTREAM_UNREACHABLE)
+        return;
+    if (strcmp(rev, mi->commit) == 0)
+        snprintf(what, sizeof what, "commit %.12s", mi->commit);
+    else
+        snprintf(what, sizeof what, "%s resolved to its last known commit %.12s", rev, mi->commit);
+    LOG_WARN("remote", "%s: %s: %s; only what shoald's cache holds serves", spec,
+             mi->upstream == SHOAL_UPSTREAM_OFFLINE ? "offline (HF_HUB_OFFLINE)"
+                                                    : "the Hub cannot be reached",
+             what);
+}
+
 int engine_remote_connect(const char *spec, const engine_remote_options *ro,
                           engine_remote **out, shoal_err *err)
 {
@@ -552,6 +572,7 @@ int engine_remote_connect(const char *spec, const engine_remote_options *ro,
         goto fail;
     }
     r->opened = 1;
+    upstream_notice(spec, &r->info);
     if ((rc = manifest_read(r, spec, err)) != 0)
         goto fail;
     root = shoal_json_parse((const char *)r->man->config, r->man->config_len, err);

@@ -87,8 +87,8 @@ talk(hello() + frame(12, struct.pack("<I", 1) + b"junk", rid=4), EPROTO)   # tra
 talk(hello() + frame(7, struct.pack("<H", 2) + b"{}", rid=0), EPROTO)  # request id 0
 talk(hello() + frame(64, rid=4), EPROTO)                               # a reply type
 talk(hello() + frame(7, struct.pack("<H", 2) + b"{}", rid=3, reserved=7), EPROTO)
-v4 = frame(1, struct.pack("<H", 4) + struct.pack("<H", 1) + b"x" + struct.pack("<I", 1))
-talk(v4, EUNSUPPORTED)                                                 # a version it does not speak (3 is)
+v5 = frame(1, struct.pack("<H", 5) + struct.pack("<H", 1) + b"x" + struct.pack("<I", 1))
+talk(v5, EUNSUPPORTED)                                                 # a version it does not speak (4 is)
 print("malformed frames: all refused")
 EOF
 "$BIN/shoalc" --home "$H" get $M 1:0 --check "$T/m" > "$T/get4" || fail "daemon stopped serving after malformed frames"

@@ -60,6 +60,18 @@ grep -q 'offline.*resolves to its last known commit' "$LOG" \
 "$E" run $M --home "$H" --tokens $P --max-tokens 4 > "$T/o_restart" 2> "$T/e_restart" \
     || { cat "$T/e_restart"; fail "engine run after a restart with the Hub down"; }
 cmp -s "$T/o_online" "$T/o_restart" || fail "engine output differs after the restart"
+grep -q 'the Hub cannot be reached: main resolved to its last known commit' "$T/e_restart" \
+    || { cat "$T/e_restart"; fail "the engine does not say main resolved to its last known commit"; }
+grep -q 'cannot be reached' "$T/e_online" && fail "the engine said unreachable while the Hub was up"
+"$BIN/shoal" --home "$H" stats > "$T/s3" 2>&1 || { cat "$T/s3"; fail "stats, Hub down"; }
+grep -q 't/tiny@main: the Hub cannot be reached: commit .* last known' "$T/s3" \
+    || { cat "$T/s3"; fail "shoal stats does not say t/tiny resolved without its Hub"; }
+"$BIN/shoal" --home "$H" stats --json > "$T/s3.json" || fail "stats --json, Hub down"
+/usr/bin/python3 -c '
+import json, sys
+ms = {m["repo"]: m for m in json.load(open(sys.argv[1]))["models"]}
+assert ms["t/tiny"].get("upstream") == "unreachable", ms["t/tiny"]
+' "$T/s3.json" || fail "stats --json: t/tiny's upstream is not \"unreachable\""
 "$BIN/shoal" --home "$H" warm $M --spine --wait > "$T/w3" 2>&1 \
     || { cat "$T/w3"; fail "warm of a cached spine with the Hub down"; }
 grep -q 'the Hub did not answer: commit .* last known' "$T/w3" || { cat "$T/w3"; fail "warm does not say the Hub did not answer"; }
@@ -79,6 +91,11 @@ grep -q 'hits 2 .*mismatched 0' "$T/g5" || fail "HF_HUB_OFFLINE=1: $(grep '^hits
 "$E" run $M --home "$H" --tokens $P --max-tokens 4 > "$T/o_off" 2> "$T/e_off" \
     || { cat "$T/e_off"; fail "engine run with HF_HUB_OFFLINE=1"; }
 cmp -s "$T/o_online" "$T/o_off" || fail "engine output differs with HF_HUB_OFFLINE=1"
+grep -q 'offline (HF_HUB_OFFLINE): main resolved to its last known commit' "$T/e_off" \
+    || { cat "$T/e_off"; fail "the engine does not say it runs offline"; }
+"$BIN/shoal" --home "$H" stats > "$T/s5" 2>&1 || { cat "$T/s5"; fail "stats offline"; }
+grep -q 't/tiny@main: offline (HF_HUB_OFFLINE): commit' "$T/s5" \
+    || { cat "$T/s5"; fail "shoal stats does not say t/tiny is offline"; }
 "$BIN/shoal" --home "$H" warm $M --spine --dry-run > "$T/w5" 2>&1 || { cat "$T/w5"; fail "warm --dry-run offline"; }
 grep -q 'offline (HF_HUB_OFFLINE): commit' "$T/w5" || { cat "$T/w5"; fail "warm does not say it is offline"; }
 "$BIN/shoalc" --home "$H" get hf://t/two 2:3 > "$T/g6" 2>&1 && fail "uncached object with HF_HUB_OFFLINE=1"

@@ -333,6 +333,20 @@ static void print_models(FILE *f, const shoal_json *j)
     }
     fmt_table_print(t, f, 2);
     fmt_table_free(t);
+    /* an open model whose upstream is not there (shoald only) */
+    for (size_t i = 0; i < shoal_json_array_size(ms); i++) {
+        const shoal_json *m = shoal_json_array_at(ms, i);
+        const char *up = jstr(m, "upstream", "");
+        char name[512];
+        stats_model_name(m, name, sizeof name);
+        if (strcmp(up, "offline") == 0)
+            fprintf(f, "  %s: offline (HF_HUB_OFFLINE): commit %.12s, the last known; only "
+                    "what the cache holds serves\n", name, jstr(m, "commit", "?"));
+        else if (strcmp(up, "unreachable") == 0)
+            fprintf(f, "  %s: the Hub cannot be reached: commit %.12s is the revision's last "
+                    "known; what is not cached fails until it is back\n", name,
+                    jstr(m, "commit", "?"));
+    }
     fputc('\n', f);
 }
 

@@ -128,6 +128,22 @@ static int fake_v2(fake *f, int s, shoal_msg_builder *m, const shoal_msg_header 
     return 0;
 }
 
+/* OPEN_OK4 of model handle 3 (an unreachable upstream), its manifest attached. */
+static void fake_open_ok(int s, shoal_msg_builder *m, uint64_t id)
+{
+    int mf = blob_with("{\"manifest\":1}");
+    shoal_msg_begin(m, SHOAL_MSG_OPEN_OK4, SHOAL_MSG_F_FD | SHOAL_MSG_F_LAST, id);
+    shoal_msg_put_u32(m, 3);
+    shoal_msg_put_str(m, "abc123", 6);
+    shoal_msg_put_u64(m, 14);
+    shoal_msg_put_u16(m, 8);
+    shoal_msg_put_u32(m, 64);
+    shoal_msg_put_u64(m, 13056);
+    shoal_msg_put_u8(m, SHOAL_UPSTREAM_UNREACHABLE);
+    reply(s, m, mf);
+    close(mf);
+}
+
 /* Serves one connection following a fixed script. */
 static void *fake_main(void *arg)
 {
@@ -156,19 +172,9 @@ static void *fake_main(void *arg)
             if (f->mode == 1)
                 goto out;
             break;
-        case SHOAL_MSG_OPEN: {
-            int mf = blob_with("{\"manifest\":1}");
-            shoal_msg_begin(&m, SHOAL_MSG_OPEN_OK, SHOAL_MSG_F_FD | SHOAL_MSG_F_LAST, h.id);
-            shoal_msg_put_u32(&m, 3);
-            shoal_msg_put_str(&m, "abc123", 6);
-            shoal_msg_put_u64(&m, 14);
-            shoal_msg_put_u16(&m, 8);
-            shoal_msg_put_u32(&m, 64);
-            shoal_msg_put_u64(&m, 13056);
-            reply(s, &m, mf);
-            close(mf);
+        case SHOAL_MSG_OPEN:
+            fake_open_ok(s, &m, h.id);
             break;
-        }
         case SHOAL_MSG_GET:
             if (shoal_rd_u32(&r) != 3) {   /* unknown handle: the whole GET fails */
                 const char *msg = "no such model handle";
@@ -313,6 +319,7 @@ static void test_session(void **state)
     assert_int_equal(shoal_client_open(c, "hf://org/tiny", &mi, &e), 0);
     assert_int_equal(mi.handle, 3);
     assert_string_equal(mi.commit, "abc123");
+    assert_int_equal(mi.upstream, SHOAL_UPSTREAM_UNREACHABLE);
     assert_int_equal(mi.layers, 8);
     assert_true(mi.expert_bytes == 13056);
     assert_true(mi.manifest_fd >= 0);

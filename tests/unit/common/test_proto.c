@@ -208,7 +208,7 @@ static void test_version_two_types(void **state)
                                    SHOAL_MSG_PUT_READY };
     static const char *const names[] = { "PUT_BEGIN", "PUT_COMMIT", "PROGRESS", "PUT_READY" };
     (void)state;
-    assert_int_equal(SHOAL_PROTO_VERSION, 3);
+    assert_int_equal(SHOAL_PROTO_VERSION, 4);
     assert_int_equal(SHOAL_PROTO_VERSION_MIN, 1);
     for (int i = 0; i < 4; i++) {
         assert_true(shoal_msg_type_known(v2[i]));
@@ -222,7 +222,11 @@ static void test_version_two_types(void **state)
     assert_string_equal(shoal_msg_type_name(SHOAL_MSG_JOB_STATUS3), "JOB_STATUS3");
     assert_int_equal(shoal_msg_type_version(SHOAL_MSG_RM), 3);
     assert_int_equal(shoal_msg_type_version(SHOAL_MSG_JOB_STATUS3), 3);
-    assert_false(shoal_msg_type_known(75));
+    /* version 4: OPEN_OK4 */
+    assert_string_equal(shoal_msg_type_name(SHOAL_MSG_OPEN_OK4), "OPEN_OK4");
+    assert_int_equal(shoal_msg_type_version(SHOAL_MSG_OPEN_OK4), 4);
+    assert_int_equal(shoal_msg_type_version(SHOAL_MSG_OPEN_OK), 1);
+    assert_false(shoal_msg_type_known(76));
     assert_false(shoal_msg_type_known(17));
 }
 
