@@ -23,6 +23,15 @@
  * (MADV_DONTNEED): no pointer moves but the routers', copied out first
  * (the lookahead reads the next layer's router during this one).
  *
+ * Checked (in place; docs/engine.md "Checked reads"): the load hashed each
+ * streamed layer's file range [off, off + need) on the way through the
+ * whole pack's check (remote.c) and hands the hashes in
+ * (spine_stream_expect); the reader hashes every layer it reads against
+ * its own, next to the read.  A mismatch is read once more (a bad read);
+ * bytes that are still wrong fail the pass with SHOAL_ECORRUPT naming the
+ * layer, after telling the owner (spine_stream_on_damaged: remote.c
+ * REPORTs the pack damaged, so the next load rebuilds it).
+ *
  * Owns: the file, the buffers, the thread.  The matrices stay the model's:
  * only their pointers are rebound.
  */
@@ -36,6 +45,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "common/platform.h"
 #include "common/sys.h"
@@ -57,6 +67,9 @@ typedef struct stream_layer {
     uint8_t *place;              /* in place: where the region is read to */
     uint8_t *drop0, *drop1;      /* in place: its whole pages, released after it ran */
     int loaded;                  /* in place: its bytes are there */
+    int checked;                 /* in place: xxh holds its bytes' XXH3-128 */
+    int damaged;                 /* ... and the last read did not match it */
+    uint8_t xxh[16];
 } stream_layer;
 
 struct spine_stream {
@@ -77,6 +90,8 @@ struct spine_stream {
     int inplace, bound;          /* a pack read in place (no buffers); the layer bound last */
     void **keeps;                /* in place: the routers' copies */
     size_t nkeeps;
+    engine_stream_damaged_fn on_damaged;
+    void *damaged_ctx;
     engine_stream_stats st;
 };
 
@@ -209,6 +224,14 @@ static int region_read(spine_stream *s, int layer, int slot)
     }
     if (!s->direct)
         shoal_cache_drop(s->rfd, (off_t)l->off, (off_t)l->len);
+    if (s->inplace && l->checked) {
+        XXH128_canonical_t can;
+        uint64_t t0 = shoal_now_ns();
+        XXH128_canonicalFromHash(&can, XXH3_128bits(dst, (size_t)l->need));
+        __atomic_add_fetch(&s->st.check_ns, shoal_now_ns() - t0, __ATOMIC_RELAXED);
+        if (memcmp(can.digest, l->xxh, 16) != 0)
+            return SHOAL_ECORRUPT;
+    }
     return 0;
 }
 
@@ -225,8 +248,10 @@ static void *reader_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         int rc = region_read(s, layer, slot);
         pthread_mutex_lock(&s->mu);
-        if (s->inplace)
+        if (s->inplace) {
             s->layers[layer].loaded = rc == 0;
+            s->layers[layer].damaged = rc == SHOAL_ECORRUPT;
+        }
         else
             s->slot_layer[slot] = rc == 0 ? layer : -1;
         s->read_rc = rc;
@@ -310,12 +335,13 @@ static int ready_inplace(spine_stream *s, int layer)
         while (s->busy)
             pthread_cond_wait(&s->cv, &s->mu);
         pthread_mutex_unlock(&s->mu);
-        rc = region_read(s, layer, 0);
+        rc = region_read(s, layer, 0);   /* damaged ahead: read once more */
         pthread_mutex_lock(&s->mu);
         s->st.reads++;
         s->st.sync_reads++;
         s->st.bytes += rc == 0 ? l->len : 0;
         l->loaded = rc == 0;
+        l->damaged = rc == SHOAL_ECORRUPT;
     }
     s->st.wait_ns += shoal_now_ns() - t0;
     if (s->bound >= s->first && s->bound != layer && s->layers[s->bound].loaded) {
@@ -344,7 +370,17 @@ int spine_stream_ready(spine_stream *s, int layer, shoal_err *err)
     if (!s || layer < s->first || layer >= s->n)
         return 0;
     if (s->inplace) {
-        if (ready_inplace(s, layer) != 0)
+        rc = ready_inplace(s, layer);
+        if (rc == SHOAL_ECORRUPT) {
+            if (s->on_damaged)
+                s->on_damaged(s->damaged_ctx, layer);
+            return shoal_err_set(err, SHOAL_ECORRUPT, "layer %d of the streamed spine read back "
+                                 "damaged from the spine pack in shoald's cache (its XXH3-128 "
+                                 "does not match the one the load checked, twice): the pack was "
+                                 "reported damaged; restart the engine, which builds it again "
+                                 "(`shoal verify --deep` checks the rest of the cache)", layer);
+        }
+        if (rc != 0)
             return shoal_err_set(err, SHOAL_EIO, "reading layer %d of the streamed spine "
                                  "(in the pack) failed", layer);
         return 0;
@@ -481,6 +517,35 @@ int spine_stream_keep(spine_stream *s, engine_mat *m, uint64_t file_off, const u
     else
         m->f32 = (kernels_f32){ (const float *)nw, m->rows, m->cols };
     return 0;
+}
+
+int spine_stream_region(const spine_stream *s, int layer, uint64_t *off, uint64_t *len)
+{
+    if (!s || !s->inplace || layer < s->first || layer >= s->n)
+        return SHOAL_EINVAL;
+    *off = s->layers[layer].off;
+    *len = s->layers[layer].need;
+    return 0;
+}
+
+void spine_stream_expect(spine_stream *s, int layer, const uint8_t xxh[16])
+{
+    if (!s || !s->inplace || layer < s->first || layer >= s->n)
+        return;
+    pthread_mutex_lock(&s->mu);
+    while (s->busy)                       /* not while the reader checks it */
+        pthread_cond_wait(&s->cv, &s->mu);
+    memcpy(s->layers[layer].xxh, xxh, 16);
+    s->layers[layer].checked = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void spine_stream_on_damaged(spine_stream *s, engine_stream_damaged_fn fn, void *ctx)
+{
+    if (!s)
+        return;
+    s->on_damaged = fn;
+    s->damaged_ctx = ctx;
 }
 
 void spine_stream_stats(const spine_stream *s, engine_stream_stats *out)

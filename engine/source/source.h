@@ -124,6 +124,7 @@ typedef struct engine_remote_spine {
     int    stored;             /* ... and shoald stored it for the next load */
     int    put_direct;         /* ... written straight into shoald's file (PUT_BEGIN) */
     int    refused;            /* a cached pack was there but refused (warned) */
+    int    damaged;            /* ... read back damaged: reported, built again (warned) */
     engine_spine mode;
     uint64_t pack_bytes;
     int    direct;             /* the pack was read with O_DIRECT */
@@ -275,5 +276,11 @@ int  checked_read_result(checked_read *r);
  * it removes the object, so the next GET fetches it again. */
 int  checked_read_report(struct shoal_client *c, uint32_t handle, int layer, int32_t expert,
                          shoal_err *err);
+/* The same for an object named by kind "tensor" (a spine tensor), "file"
+ * (a small file) or "derived" (the spine pack): shoald removes it, so the
+ * next GET fetches it again (a derived object: the engine makes it
+ * again). */
+int  checked_read_report_object(struct shoal_client *c, uint32_t handle, const char *kind,
+                                const char *name, shoal_err *err);
 
 #endif
