@@ -42,7 +42,6 @@
 #include "common/platform.h"
 #include "common/sys.h"
 #include "engine/forward/forward.h"
-#include "engine/source/source_int.h"
 
 struct engine_remote {
     shoal_client *client;

@@ -30,7 +30,7 @@
  * Owns: the buffer or mapping, the reads and their hash.  Does not own
  * the descriptor.
  */
-#include "engine/source/source_int.h"
+#include "engine/source/source.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -18,7 +18,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "engine/source/source_int.h"
+#include "engine/source/source.h"
 
 #define OBJ_OFF  ((uint64_t)4096 + 100)
 #define OBJ_LEN  ((uint64_t)(21u << 20) + 1234)   /* a few 8 MiB parts and a tail */
