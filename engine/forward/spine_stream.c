@@ -96,7 +96,7 @@ struct spine_stream {
     void *damaged_ctx;
     /* in place, checked: the hasher thread, a part behind the reads */
     pthread_t hth;
-    int h_up, h_quit;
+    int h_up, h_quit, h_busy;    /* h_busy: the hasher is in an update */
     pthread_mutex_t hmu;
     pthread_cond_t hcv;
     XXH3_state_t *hst;
@@ -229,11 +229,13 @@ static void *hasher_main(void *arg)
         if (s->h_quit)
             break;
         size_t a = s->h_done, b = s->h_avail;
+        s->h_busy = 1;
         pthread_mutex_unlock(&s->hmu);
         uint64_t t0 = shoal_now_ns();
         XXH3_128bits_update(s->hst, s->h_base + a, b - a);
         __atomic_add_fetch(&s->st.check_ns, shoal_now_ns() - t0, __ATOMIC_RELAXED);
         pthread_mutex_lock(&s->hmu);
+        s->h_busy = 0;
         s->h_done = b;
         pthread_cond_broadcast(&s->hcv);
     }
@@ -288,7 +290,7 @@ static int region_read(spine_stream *s, int layer, int slot)
         pthread_mutex_lock(&s->hmu);
         if (rc != 0)
             s->h_avail = s->h_done;      /* nothing more comes */
-        while (s->h_done < s->h_avail)
+        while (s->h_done < s->h_avail || s->h_busy)
             pthread_cond_wait(&s->hcv, &s->hmu);
         pthread_mutex_unlock(&s->hmu);
         XXH128_canonicalFromHash(&can, XXH3_128bits_digest(s->hst));
