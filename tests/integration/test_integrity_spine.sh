@@ -8,6 +8,8 @@
 #   - the same for a damaged byte of a streamed layer (--ram forces a
 #     streamed part): the load reads the streamed part once to finish the
 #     pack's hash (and hash each streamed layer for the per-pass checks);
+#     and damaged while `serve` runs: the request fails naming the layer,
+#     the pack is reported and the next load builds it again;
 #   - a BF16 tensor GET'd beside the pack (the embedding), damaged on disk:
 #     reported, shoald fetches it again from upstream, same logits.
 source "$(dirname "$0")/lib.sh"
@@ -117,6 +119,38 @@ grep -q 'derived spine-int4-g32-p2-q2: a client read bytes' "$T/shoald.log" \
 RUN_LOCAL=local4 run_remote s_after --spine int4 --ram "$rmid"
 grep -q 'damaged' "$T/e_s_after" && { cat "$T/e_s_after"; fail "the rebuilt int4 pack reads back damaged"; }
 echo "ok   streamed layer damaged (byte $AT of $D4): caught at load, rebuilt; tokens equal the resident int4 run"
+
+# ---- a streamed layer damaged while an engine runs ---------------------------------------
+# every pass reads the layer again and checks it against the hash the load
+# computed: the pass fails naming the layer (read twice, still wrong), the
+# pack is reported; the next load builds it again
+"$E" plan $M --home "$H" --states 2 --spine int4 --json > "$T/r4s.json" || fail "plan $M --states 2"
+smid=$(( ($(field "$T/r4s.json" min_ram.streamed_any) + $(field "$T/r4s.json" min_ram.int4)) / 2 ))
+bg serve "$E" serve $M --home "$H" --port 0 --model-name tiny --spine int4 --ram "$smid"
+wait_line "$T/serve.log" '^listening on http' 60 || { cat "$T/serve.log"; fail "serve did not start"; }
+URL=$(sed -n 's/^listening on \(http:.*\)$/\1/p' "$T/serve.log" | head -n 1)
+ask() {   # OUT: HTTP status
+    curl -s -o "$1" -w '%{http_code}' "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+        -d '{"model":"tiny","messages":[{"role":"user","content":"hello there"}],"max_tokens":4}'
+}
+[ "$(ask "$T/serve1.json")" = 200 ] || { cat "$T/serve1.json" "$T/serve.log"; fail "serve: first request"; }
+grep -q '^plan: streamed' "$T/serve.log" || { cat "$T/serve.log"; fail "serve did not stream"; }
+reported=$(grep -c 'derived spine-int4-g32-p2-q2: a client read bytes' "$T/shoald.log")
+flip 3 '%spine-int4%' "$D4" $AT > /dev/null || fail "flip the streamed part under serve"
+code=$(ask "$T/serve2.json")
+[ "$code" != 200 ] || { cat "$T/serve2.json"; fail "serve answered from a damaged streamed layer"; }
+grep -q 'layer [0-9]* of the streamed spine read back damaged' "$T/serve.log" "$T/serve2.json" \
+    || { cat "$T/serve2.json" "$T/serve.log"; fail "the failure does not name the damaged layer"; }
+for _ in $(seq 50); do
+    [ "$(grep -c 'derived spine-int4-g32-p2-q2: a client read bytes' "$T/shoald.log")" -gt "$reported" ] && break
+    sleep 0.1
+done
+[ "$(grep -c 'derived spine-int4-g32-p2-q2: a client read bytes' "$T/shoald.log")" -gt "$reported" ] \
+    || fail "the damaged streamed layer was not reported to shoald"
+kill -TERM "$PID_serve"; wait "$PID_serve" 2>/dev/null || true
+RUN_LOCAL=local4 run_remote s_rebuilt --spine int4 --ram "$rmid"
+[ "$(grep -c 'stored spine-int4-g32-p2-q2' "$T/shoald.log")" -ge 3 ] || fail "the int4 pack was not built again after serve"
+echo "ok   streamed layer damaged under serve: HTTP $code, $(grep -o 'layer [0-9]* of the streamed spine read back damaged' "$T/serve.log" | head -n 1), reported; the next load rebuilt it"
 
 # ---- a BF16 tensor beside the pack: the embedding ------------------------------------------
 before=$(damaged)
