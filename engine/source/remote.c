@@ -6,11 +6,13 @@
  * Bind, int8 / int4 spine with the cache on (docs/engine.md "Cached
  * spine"):
  *   1. GET the derived object spine_pack_name(mode).  When it is there it
- *      is read into memory (spine_resident.c) and parsed strictly; it is
- *      trusted by the cache's index entry (its XXH3-128 was checked when
- *      stored, and `shoal verify` checks it), so the load does not hash
- *      its 37-58 GB again.  The model takes every matrix from it and only
- *      the tensors it does not cover (vectors, norms, the embedding) are
+ *      is read into memory (spine_resident.c), hashed as it is read
+ *      against the GET_ITEM's XXH3-128 (with a streamed part, that part is
+ *      read once only to be hashed, each streamed layer's range hashed on
+ *      its own for the checks of every later read: spine_stream.c), and
+ *      parsed strictly.  Damaged: a warning, a REPORT (shoald removes it)
+ *      and step 2.  The model takes every matrix from it and only the
+ *      tensors it does not cover (vectors, norms, the embedding) are
  *      GET'd.  Nothing is quantized.
  *   2. Not there: PUT_BEGIN hands out the object's own file; the engine
  *      GETs the BF16 spine, quantizes tensor by tensor and writes each
@@ -21,7 +23,10 @@
  *      file instead (PUT, or nothing stored), read back the same way.
  * Any refusal is a warning and a fallback (quantizing in memory), never a
  * failed load.  The f32 spine, and --spine-cache off, quantize in memory
- * from the mapped BF16 tensors, exactly as from a directory.
+ * from the mapped BF16 tensors, exactly as from a directory.  Every
+ * tensor GET'd is hashed as mapped against its GET_ITEM's XXH3-128; a
+ * damaged one is reported and asked for once more (docs/engine.md
+ * "Checked reads").
  */
 #include "engine/source/source.h"
 
@@ -60,7 +65,6 @@ struct engine_remote {
     int stream_layers;         /* the plan's streamed layers (docs/engine.md "Smaller machines") */
     int pack_fd;               /* streamed: the pack's descriptor, kept (-1 none) */
     uint64_t pack_off, pack_filled;   /* its offset in pack_fd; bytes read at load so far */
-    uint8_t pack_xxh[16];      /* its XXH3-128, the index's */
     engine_remote_spine spine;
     /* to reconnect (engine_remote_reconnect): what to OPEN again and how
      * to reach the daemon; the expert source follows `link` */
@@ -314,7 +318,6 @@ static int pack_take(engine_remote *r, int fd, uint64_t off, uint64_t len, engin
     rc = spine_resident_read_part(fd, off, len, fill, r->ro.spine_load,
                                   r->ro.io_threads > 0 ? r->ro.io_threads : 8, xxh, &r->res, e);
     r->pack_filled = fill;
-    memcpy(r->pack_xxh, xxh, 16);
     if (rc == 0 && fill == len && spine_resident_check(&r->res) < 0)
         rc = shoal_err_set(e, SHOAL_ECORRUPT, "its %llu bytes do not hash to the XXH3-128 "
                            "shoald's index holds for it", (unsigned long long)len);
