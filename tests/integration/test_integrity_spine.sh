@@ -10,8 +10,9 @@
 #     pack's hash (and hash each streamed layer for the per-pass checks);
 #     and damaged while `serve` runs: the request fails naming the layer,
 #     the pack is reported and the next load builds it again;
-#   - a BF16 tensor GET'd beside the pack (the embedding), damaged on disk:
-#     reported, shoald fetches it again from upstream, same logits.
+#   - a BF16 tensor GET'd beside the pack (the embedding), a matrix with
+#     --spine-cache off and the tokenizer's file, damaged on disk: reported,
+#     shoald fetches it again from upstream, same logits (text).
 source "$(dirname "$0")/lib.sh"
 E="$BIN/shoal-engine"
 [ -x "$E" ] && [ -x "$BIN/shoald" ] && [ -x "$BIN/shoal" ] || skip "shoal-engine/shoald not built"
@@ -164,6 +165,21 @@ grep -q 'tensor .*embed_tokens.*: a client read bytes that do not match' "$T/sho
 [ "$(wc -l < "$T/hub.jsonl")" -gt "$n0" ] || fail "the embedding was not fetched from upstream again"
 [ "$(damaged)" -gt "$before" ] || fail "the damaged tensor was not counted"
 echo "ok   BF16 embedding damaged: reported, fetched again from upstream, logits equal the local run"
+
+# ---- a small file: the tokenizer's, GET'd whole ---------------------------------------------
+timeout 120 "$E" run "$T/m" --prompt "hello there" --max-tokens 5 > "$T/p_local" 2> /dev/null \
+    || fail "local --prompt"
+timeout 120 "$E" run $M --home "$H" --prompt "hello there" --max-tokens 5 > "$T/p_ok" 2> "$T/e_p_ok" \
+    || { cat "$T/e_p_ok"; fail "--prompt through shoald"; }
+flip 2 '%tiktoken.model' - - > /dev/null || fail "flip the tokenizer"
+timeout 120 "$E" run $M --home "$H" --prompt "hello there" --max-tokens 5 > "$T/p_damaged" \
+    2> "$T/e_p_damaged" || { cat "$T/e_p_damaged"; fail "--prompt with a damaged tokenizer file"; }
+grep -q 'file tiktoken.model read back damaged' "$T/e_p_damaged" \
+    || { cat "$T/e_p_damaged"; fail "the damaged tokenizer file was not caught"; }
+grep -q 'file tiktoken.model: a client read bytes that do not match' "$T/shoald.log" \
+    || fail "shoald did not log the reported file"
+cmp -s "$T/p_local" "$T/p_damaged" || fail "the text differs from the local run's after the re-fetch"
+echo "ok   tokenizer file damaged: reported, fetched again, the local run's text"
 
 # ---- --spine-cache off: every matrix is a BF16 GET, checked -------------------------------
 flip 1 '%layers.1.%proj%' - - > /dev/null || fail "flip a matrix"
