@@ -320,26 +320,59 @@ int integrity_damaged(shoald *d, model *m, const shoal_json *list, shoal_err *er
     for (size_t i = 0; i < n; i++) {
         const shoal_json *o = shoal_json_array_at(list, i);
         int64_t layer = -1, expert = -1;
+        const char *name = NULL;
+        char etag[CACHE_ETAG_MAX + 1];
         shoal_key k;
         objref r;
-        if (shoal_json_int(o, "layer", &layer, err) != 0 ||
-            shoal_json_int(o, "expert", &expert, err) != 0 || layer < 0 || expert < 0 ||
-            layer > UINT16_MAX || expert > UINT32_MAX)
-            return shoal_err_set(err, SHOAL_EINVAL, "REPORT: \"damaged\" lists objects as "
-                                 "{\"layer\":L,\"expert\":E}");
         memset(&k, 0, sizeof k);
-        k.kind = SHOAL_KEY_EXPERT;
-        k.layer = (uint16_t)layer;
-        k.expert = (uint32_t)expert;
-        if (model_key_resolve(m, &k, &r, err) != 0)
-            return err ? err->code : SHOAL_ENOTFOUND;
+        const char *kn = shoal_json_get(o, "tensor") ? "tensor" : shoal_json_get(o, "file")
+                         ? "file" : shoal_json_get(o, "derived") ? "derived" : NULL;
+        if (kn) {
+            /* a spine tensor, a small file, or a derived object (the spine pack) */
+            k.kind = kn[0] == 't' ? SHOAL_KEY_TENSOR : kn[0] == 'f' ? SHOAL_KEY_FILE
+                                                                    : SHOAL_KEY_DERIVED;
+            name = shoal_json_str_value(shoal_json_get(o, kn));
+            if (!name || !*name || strlen(name) > SHOAL_PROTO_MAX_STR)
+                return shoal_err_set(err, SHOAL_EINVAL, "REPORT: \"damaged\" names a tensor, file or "
+                                     "derived object by a string of 1-%d bytes",
+                                     SHOAL_PROTO_MAX_STR);
+            k.name = name;
+            k.name_len = (uint16_t)strlen(name);
+            int rc = k.kind != SHOAL_KEY_DERIVED
+                         ? model_key_resolve(m, &k, &r, err)
+                         : derived_resolve(d, m, &k, &r, etag, sizeof etag, err);
+            if (rc == SHOAL_ENOTFOUND && k.kind == SHOAL_KEY_DERIVED) {
+                shoal_err_clear(err);   /* not cached any more */
+                continue;
+            }
+            if (rc != 0)
+                return rc;
+        } else {
+            if (shoal_json_int(o, "layer", &layer, err) != 0 ||
+                shoal_json_int(o, "expert", &expert, err) != 0 || layer < 0 || expert < 0 ||
+                layer > UINT16_MAX || expert > UINT32_MAX)
+                return shoal_err_set(err, SHOAL_EINVAL, "REPORT: \"damaged\" lists objects as "
+                                     "{\"layer\":L,\"expert\":E}, {\"tensor\":NAME}, "
+                                     "{\"file\":NAME} or {\"derived\":NAME}");
+            k.kind = SHOAL_KEY_EXPERT;
+            k.layer = (uint16_t)layer;
+            k.expert = (uint32_t)expert;
+            if (model_key_resolve(m, &k, &r, err) != 0)
+                return err ? err->code : SHOAL_ENOTFOUND;
+        }
         /* The client read bytes that do not hash to the index's XXH3-128:
          * the blob is damaged (disk, or a writer behind shoald's back).
          * Removed, it is fetched again by the next GET. */
         if (cache_remove(d->cache, &r.key, err) == 0) {
-            LOG_ERROR("integrity", "%s layer %lld expert %lld: a client read bytes that do not "
-                      "match the object's checksum: removed, fetched again when next asked for",
-                      m->spec, (long long)layer, (long long)expert);
+            if (name)
+                LOG_ERROR("integrity", "%s %s %s: a client read bytes that do not match the "
+                          "object's checksum: removed, %s", m->spec,
+                          kn, name, k.kind != SHOAL_KEY_DERIVED ? "fetched again when next asked "
+                          "for" : "the client makes it again");
+            else
+                LOG_ERROR("integrity", "%s layer %lld expert %lld: a client read bytes that do "
+                          "not match the object's checksum: removed, fetched again when next "
+                          "asked for", m->spec, (long long)layer, (long long)expert);
             if (d->integrity)
                 d->integrity->n.damaged++;
         } else if (err && err->code == SHOAL_ENOTFOUND) {

@@ -10,6 +10,8 @@
  *                         this 2-core VM, 3.8 against 3.1 GB/s), rounds
  *                         alternating, median pair
  *   checkread.xxh3_gbps   XXH3-128 on one core, against a STREAM read
+ *   checkread.spine_*     the spine pack's load and its streamed layers,
+ *                         checked against unchecked (spine.c)
  * The ISA is named in the figure's baseline: the best one the CPU has
  * (kernels_init) and libxxhash's version (its XXH3 picks its own vector
  * code: 15 GB/s on one core of this VM).  SHOAL_BENCH_QUICK=1: fewer,
@@ -31,6 +33,8 @@
 #define SPAN ((size_t)3 * 3072 * 3584 * 17 / 32)
 #define PART ((size_t)1 << 20)
 #define READERS 4
+
+void bench_spine(int quick, int rounds);
 
 typedef struct job {
     int fd;
@@ -179,5 +183,6 @@ int main(void)
     close(fd);
     free(buf);
     free(want);
+    bench_spine(quick, rounds);
     return 0;
 }

@@ -154,6 +154,7 @@ typedef struct engine_stream_stats {
     uint64_t reads, bytes;         /* layer reads and their bytes */
     uint64_t sync_reads;           /* ... of them not read ahead (a layer out of order) */
     uint64_t wait_ns;              /* time a layer waited for its bytes */
+    uint64_t check_ns;             /* in place: hashing reads against the load's hashes */
 } engine_stream_stats;
 
 void engine_model_options_default(engine_model_options *o);
@@ -261,6 +262,18 @@ void engine_model_stream_stats(const engine_model *m, engine_stream_stats *out);
  * the streamed part begins (the caller reads the pack before it). */
 int engine_model_stream_pack(engine_model *m, int first, int fd, uint64_t file_off,
                              uint8_t *pack, uint64_t *resident_end, shoal_err *err);
+
+/* Checked streamed layers (after engine_model_stream_pack): the file
+ * range [*off, *off + *len) of fd that each pass reads for layer `layer`
+ * (SHOAL_EINVAL for a layer not streamed in place); its XXH3-128
+ * (canonical), computed at load as the pack was checked, every read is
+ * checked against from then on; fn(ctx, layer), on the thread running the
+ * pass, when a layer's bytes stay wrong after a second read (the pass
+ * then fails with SHOAL_ECORRUPT). */
+typedef void (*engine_stream_damaged_fn)(void *ctx, int layer);
+int  engine_model_stream_region(const engine_model *m, int layer, uint64_t *off, uint64_t *len);
+void engine_model_stream_expect(engine_model *m, int layer, const uint8_t xxh[16]);
+void engine_model_stream_on_damaged(engine_model *m, engine_stream_damaged_fn fn, void *ctx);
 
 /* One tensor handed in already in memory (a spine object mapped from
  * shoald's cache).  name without the "language_model." prefix; dtype the

@@ -922,6 +922,23 @@ int engine_model_stream_pack(engine_model *m, int first, int fd, uint64_t file_o
     return rc;
 }
 
+int engine_model_stream_region(const engine_model *m, int layer, uint64_t *off, uint64_t *len)
+{
+    return m->priv ? spine_stream_region(m->priv->stream, layer, off, len) : SHOAL_EINVAL;
+}
+
+void engine_model_stream_expect(engine_model *m, int layer, const uint8_t xxh[16])
+{
+    if (m->priv)
+        spine_stream_expect(m->priv->stream, layer, xxh);
+}
+
+void engine_model_stream_on_damaged(engine_model *m, engine_stream_damaged_fn fn, void *ctx)
+{
+    if (m->priv)
+        spine_stream_on_damaged(m->priv->stream, fn, ctx);
+}
+
 void engine_model_stream_stats(const engine_model *m, engine_stream_stats *out)
 {
     memset(out, 0, sizeof *out);

@@ -23,6 +23,16 @@
  * (MADV_DONTNEED): no pointer moves but the routers', copied out first
  * (the lookahead reads the next layer's router during this one).
  *
+ * Checked (in place; docs/engine.md "Checked reads"): the load hashed each
+ * streamed layer's file range [off, off + need) on the way through the
+ * whole pack's check (remote.c) and hands the hashes in
+ * (spine_stream_expect); every layer read is hashed against its own, by
+ * a hasher thread that follows the reader a 4 MiB part behind (so a
+ * checked read takes its read plus one part's hash, not read plus hash).  A mismatch is read once more (a bad read);
+ * bytes that are still wrong fail the pass with SHOAL_ECORRUPT naming the
+ * layer, after telling the owner (spine_stream_on_damaged: remote.c
+ * REPORTs the pack damaged, so the next load rebuilds it).
+ *
  * Owns: the file, the buffers, the thread.  The matrices stay the model's:
  * only their pointers are rebound.
  */
@@ -36,12 +46,14 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "common/platform.h"
 #include "common/sys.h"
 #include "engine/plan/plan.h"
 
 #define ST_ALIGN ((size_t)2 << 20)
+#define ST_HASH_PART ((size_t)4 << 20)   /* checked reads: the hasher follows in parts */
 
 typedef struct stream_ref {
     engine_mat *dst;
@@ -57,6 +69,9 @@ typedef struct stream_layer {
     uint8_t *place;              /* in place: where the region is read to */
     uint8_t *drop0, *drop1;      /* in place: its whole pages, released after it ran */
     int loaded;                  /* in place: its bytes are there */
+    int checked;                 /* in place: xxh holds its bytes' XXH3-128 */
+    int damaged;                 /* ... and the last read did not match it */
+    uint8_t xxh[16];
 } stream_layer;
 
 struct spine_stream {
@@ -77,6 +92,16 @@ struct spine_stream {
     int inplace, bound;          /* a pack read in place (no buffers); the layer bound last */
     void **keeps;                /* in place: the routers' copies */
     size_t nkeeps;
+    engine_stream_damaged_fn on_damaged;
+    void *damaged_ctx;
+    /* in place, checked: the hasher thread, a part behind the reads */
+    pthread_t hth;
+    int h_up, h_quit, h_busy;    /* h_busy: the hasher is in an update */
+    pthread_mutex_t hmu;
+    pthread_cond_t hcv;
+    XXH3_state_t *hst;
+    const uint8_t *h_base;       /* the region being read */
+    size_t h_avail, h_done;      /* bytes of it read; hashed */
     engine_stream_stats st;
 };
 
@@ -191,25 +216,90 @@ int spine_stream_put(spine_stream *s, int layer, engine_mat *dst, k3_fmt fmt, co
 
 /* Read layer's region into slot (in place: into its place); 0 or an
  * error code. */
+/* The hasher (in place, checked): hashes [done, avail) of the region
+ * being read as the reader's parts come in, in order, so a layer's check
+ * costs its read plus the hash of its last part, not read plus hash. */
+static void *hasher_main(void *arg)
+{
+    spine_stream *s = arg;
+    pthread_mutex_lock(&s->hmu);
+    for (;;) {
+        while (!s->h_quit && s->h_done >= s->h_avail)
+            pthread_cond_wait(&s->hcv, &s->hmu);
+        if (s->h_quit)
+            break;
+        size_t a = s->h_done, b = s->h_avail;
+        s->h_busy = 1;
+        pthread_mutex_unlock(&s->hmu);
+        uint64_t t0 = shoal_now_ns();
+        XXH3_128bits_update(s->hst, s->h_base + a, b - a);
+        __atomic_add_fetch(&s->st.check_ns, shoal_now_ns() - t0, __ATOMIC_RELAXED);
+        pthread_mutex_lock(&s->hmu);
+        s->h_busy = 0;
+        s->h_done = b;
+        pthread_cond_broadcast(&s->hcv);
+    }
+    pthread_mutex_unlock(&s->hmu);
+    return NULL;
+}
+
+/* Bytes [0, n) of the region being read are there: hand what is new of
+ * [0, need) to the hasher. */
+static void hash_avail(spine_stream *s, size_t n, size_t need)
+{
+    pthread_mutex_lock(&s->hmu);
+    s->h_avail = n < need ? n : need;
+    pthread_cond_broadcast(&s->hcv);
+    pthread_mutex_unlock(&s->hmu);
+}
+
+/* Read layer's region into slot (in place: into its place), checked
+ * against its hash when it has one; 0, SHOAL_ECORRUPT or an error code. */
 static int region_read(spine_stream *s, int layer, int slot)
 {
     const stream_layer *l = &s->layers[layer];
     uint8_t *dst = s->inplace ? l->place : s->slot[slot];
-    size_t got = 0;
+    int check = s->inplace && l->checked && s->h_up;
+    size_t got = 0, part = check ? ST_HASH_PART : (size_t)l->len;
+    int rc = 0;
 
+    if (check) {
+        pthread_mutex_lock(&s->hmu);
+        XXH3_128bits_reset(s->hst);
+        s->h_base = dst;
+        s->h_done = s->h_avail = 0;
+        pthread_mutex_unlock(&s->hmu);
+    }
     while (got < l->len) {
-        ssize_t r = pread(s->rfd, dst + got, l->len - got, (off_t)(l->off + got));
+        size_t want = l->len - got < part ? (size_t)l->len - got : part;
+        ssize_t r = pread(s->rfd, dst + got, want, (off_t)(l->off + got));
         if (r < 0 && errno == EINTR)
             continue;
         if (r == 0 && got >= l->need)
             break;                       /* the pack's last layer: the file ends in its block */
-        if (r <= 0)
-            return SHOAL_EIO;
+        if (r <= 0) {
+            rc = SHOAL_EIO;
+            break;
+        }
         got += (size_t)r;
+        if (check)
+            hash_avail(s, got, (size_t)l->need);
+    }
+    if (check) {                         /* the hasher's last part, then the verdict */
+        XXH128_canonical_t can;
+        pthread_mutex_lock(&s->hmu);
+        if (rc != 0)
+            s->h_avail = s->h_done;      /* nothing more comes */
+        while (s->h_done < s->h_avail || s->h_busy)
+            pthread_cond_wait(&s->hcv, &s->hmu);
+        pthread_mutex_unlock(&s->hmu);
+        XXH128_canonicalFromHash(&can, XXH3_128bits_digest(s->hst));
+        if (rc == 0 && memcmp(can.digest, l->xxh, 16) != 0)
+            rc = SHOAL_ECORRUPT;
     }
     if (!s->direct)
         shoal_cache_drop(s->rfd, (off_t)l->off, (off_t)l->len);
-    return 0;
+    return rc;
 }
 
 static void *reader_main(void *arg)
@@ -225,8 +315,10 @@ static void *reader_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         int rc = region_read(s, layer, slot);
         pthread_mutex_lock(&s->mu);
-        if (s->inplace)
+        if (s->inplace) {
             s->layers[layer].loaded = rc == 0;
+            s->layers[layer].damaged = rc == SHOAL_ECORRUPT;
+        }
         else
             s->slot_layer[slot] = rc == 0 ? layer : -1;
         s->read_rc = rc;
@@ -310,12 +402,13 @@ static int ready_inplace(spine_stream *s, int layer)
         while (s->busy)
             pthread_cond_wait(&s->cv, &s->mu);
         pthread_mutex_unlock(&s->mu);
-        rc = region_read(s, layer, 0);
+        rc = region_read(s, layer, 0);   /* damaged ahead: read once more */
         pthread_mutex_lock(&s->mu);
         s->st.reads++;
         s->st.sync_reads++;
         s->st.bytes += rc == 0 ? l->len : 0;
         l->loaded = rc == 0;
+        l->damaged = rc == SHOAL_ECORRUPT;
     }
     s->st.wait_ns += shoal_now_ns() - t0;
     if (s->bound >= s->first && s->bound != layer && s->layers[s->bound].loaded) {
@@ -344,7 +437,17 @@ int spine_stream_ready(spine_stream *s, int layer, shoal_err *err)
     if (!s || layer < s->first || layer >= s->n)
         return 0;
     if (s->inplace) {
-        if (ready_inplace(s, layer) != 0)
+        rc = ready_inplace(s, layer);
+        if (rc == SHOAL_ECORRUPT) {
+            if (s->on_damaged)
+                s->on_damaged(s->damaged_ctx, layer);
+            return shoal_err_set(err, SHOAL_ECORRUPT, "layer %d of the streamed spine read back "
+                                 "damaged from the spine pack in shoald's cache (its XXH3-128 "
+                                 "does not match the one the load checked, twice): the pack was "
+                                 "reported damaged; restart the engine, which builds it again "
+                                 "(`shoal verify --deep` checks the rest of the cache)", layer);
+        }
+        if (rc != 0)
             return shoal_err_set(err, SHOAL_EIO, "reading layer %d of the streamed spine "
                                  "(in the pack) failed", layer);
         return 0;
@@ -483,6 +586,49 @@ int spine_stream_keep(spine_stream *s, engine_mat *m, uint64_t file_off, const u
     return 0;
 }
 
+int spine_stream_region(const spine_stream *s, int layer, uint64_t *off, uint64_t *len)
+{
+    if (!s || !s->inplace || layer < s->first || layer >= s->n)
+        return SHOAL_EINVAL;
+    *off = s->layers[layer].off;
+    *len = s->layers[layer].need;
+    return 0;
+}
+
+void spine_stream_expect(spine_stream *s, int layer, const uint8_t xxh[16])
+{
+    if (!s || !s->inplace || layer < s->first || layer >= s->n)
+        return;
+    pthread_mutex_lock(&s->mu);
+    while (s->busy)                       /* not while the reader checks it */
+        pthread_cond_wait(&s->cv, &s->mu);
+    if (!s->h_up && (s->hst = XXH3_createState()) != NULL) {
+        pthread_mutex_init(&s->hmu, NULL);
+        pthread_cond_init(&s->hcv, NULL);
+        if (pthread_create(&s->hth, NULL, hasher_main, s) == 0) {
+            s->h_up = 1;
+        } else {
+            pthread_mutex_destroy(&s->hmu);
+            pthread_cond_destroy(&s->hcv);
+            XXH3_freeState(s->hst);
+            s->hst = NULL;
+        }
+    }
+    if (s->h_up) {                        /* no hasher (no memory, no thread): unchecked */
+        memcpy(s->layers[layer].xxh, xxh, 16);
+        s->layers[layer].checked = 1;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void spine_stream_on_damaged(spine_stream *s, engine_stream_damaged_fn fn, void *ctx)
+{
+    if (!s)
+        return;
+    s->on_damaged = fn;
+    s->damaged_ctx = ctx;
+}
+
 void spine_stream_stats(const spine_stream *s, engine_stream_stats *out)
 {
     if (!s)
@@ -502,6 +648,16 @@ void spine_stream_free(spine_stream *s)
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->th, NULL);
+    }
+    if (s->h_up) {
+        pthread_mutex_lock(&s->hmu);
+        s->h_quit = 1;
+        pthread_cond_broadcast(&s->hcv);
+        pthread_mutex_unlock(&s->hmu);
+        pthread_join(s->hth, NULL);
+        pthread_mutex_destroy(&s->hmu);
+        pthread_cond_destroy(&s->hcv);
+        XXH3_freeState(s->hst);
     }
     if (s->rfd >= 0 && s->rfd != s->fd)
         close(s->rfd);

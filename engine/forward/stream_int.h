@@ -41,6 +41,15 @@ int spine_stream_inplace(int fd, uint64_t file_off, uint8_t *pack, int n_layers,
 int spine_stream_keep(spine_stream *s, engine_mat *m, uint64_t file_off, const uint8_t *pack,
                       shoal_err *err);
 
+/* In place, checked: layer's file range [*off, *off + *len) that every
+ * pass reads and checks against the XXH3-128 (canonical) handed in by
+ * spine_stream_expect (the load hashed it as part of the whole pack's
+ * check); on_damaged runs on the thread of spine_stream_ready when a
+ * layer's bytes stay wrong after a second read. */
+int spine_stream_region(const spine_stream *s, int layer, uint64_t *off, uint64_t *len);
+void spine_stream_expect(spine_stream *s, int layer, const uint8_t xxh[16]);
+void spine_stream_on_damaged(spine_stream *s, engine_stream_damaged_fn fn, void *ctx);
+
 void spine_stream_stats(const spine_stream *s, engine_stream_stats *out);
 void spine_stream_free(spine_stream *s);
 

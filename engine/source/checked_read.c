@@ -8,7 +8,8 @@
  * already read, while the others go on reading (one hasher at a time, so
  * a part is hashed by whichever reader is free, next to the read it
  * made: the bytes are still in its cache).  And the REPORT that tells
- * shoald which object was damaged.  Does not own the reads (the expert
+ * shoald which object was damaged (an expert; a spine tensor, a small
+ * file or the spine pack: remote.c).  Does not own the reads (the expert
  * source's readers) nor the slots.
  *
  * Cost (make bench: bench/checkread): XXH3-128 runs at 10-30 GB/s per
@@ -109,5 +110,21 @@ int checked_read_report(shoal_client *c, uint32_t handle, int layer, int32_t exp
     char json[160];
     snprintf(json, sizeof json, "{\"tier\":\"ram\",\"handle\":%" PRIu32 ",\"damaged\":"
              "[{\"layer\":%d,\"expert\":%" PRId32 "}]}", handle, layer, expert);
+    return shoal_client_report(c, json, err);
+}
+
+int checked_read_report_object(shoal_client *c, uint32_t handle, const char *kind,
+                               const char *name, shoal_err *err)
+{
+    char json[512];
+    int n;
+
+    for (const char *q = name; *q; q++)   /* names are plain: nothing to escape */
+        if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20)
+            return shoal_err_set(err, SHOAL_EINVAL, "%s: a name REPORT cannot carry", name);
+    n = snprintf(json, sizeof json, "{\"tier\":\"ram\",\"handle\":%" PRIu32 ",\"damaged\":"
+                 "[{\"%s\":\"%s\"}]}", handle, kind, name);
+    if (n < 0 || (size_t)n >= sizeof json)
+        return shoal_err_set(err, SHOAL_ETOOBIG, "%s: name too long to REPORT", name);
     return shoal_client_report(c, json, err);
 }

@@ -6,11 +6,13 @@
  * Bind, int8 / int4 spine with the cache on (docs/engine.md "Cached
  * spine"):
  *   1. GET the derived object spine_pack_name(mode).  When it is there it
- *      is read into memory (spine_resident.c) and parsed strictly; it is
- *      trusted by the cache's index entry (its XXH3-128 was checked when
- *      stored, and `shoal verify` checks it), so the load does not hash
- *      its 37-58 GB again.  The model takes every matrix from it and only
- *      the tensors it does not cover (vectors, norms, the embedding) are
+ *      is read into memory (spine_resident.c), hashed as it is read
+ *      against the GET_ITEM's XXH3-128 (with a streamed part, that part is
+ *      read once only to be hashed, each streamed layer's range hashed on
+ *      its own for the checks of every later read: spine_stream.c), and
+ *      parsed strictly.  Damaged: a warning, a REPORT (shoald removes it)
+ *      and step 2.  The model takes every matrix from it and only the
+ *      tensors it does not cover (vectors, norms, the embedding) are
  *      GET'd.  Nothing is quantized.
  *   2. Not there: PUT_BEGIN hands out the object's own file; the engine
  *      GETs the BF16 spine, quantizes tensor by tensor and writes each
@@ -21,7 +23,10 @@
  *      file instead (PUT, or nothing stored), read back the same way.
  * Any refusal is a warning and a fallback (quantizing in memory), never a
  * failed load.  The f32 spine, and --spine-cache off, quantize in memory
- * from the mapped BF16 tensors, exactly as from a directory.
+ * from the mapped BF16 tensors, exactly as from a directory.  Every
+ * tensor GET'd is hashed as mapped against its GET_ITEM's XXH3-128; a
+ * damaged one is reported and asked for once more (docs/engine.md
+ * "Checked reads").
  */
 #include "engine/source/source.h"
 
@@ -31,6 +36,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "common/buf.h"
 #include "common/client.h"
@@ -41,7 +47,6 @@
 #include "common/platform.h"
 #include "common/sys.h"
 #include "engine/forward/forward.h"
-#include "engine/source/source_int.h"
 
 struct engine_remote {
     shoal_client *client;
@@ -112,9 +117,12 @@ static int manifest_read(engine_remote *r, const char *spec, shoal_err *err)
     return rc;
 }
 
-/* GET keys[0..n) (n <= SHOAL_PROTO_MAX_KEYS) and map each into views[i]. */
-static int get_mapped(engine_remote *r, const shoal_key *keys, size_t n, shoal_view *views,
-                      shoal_err *err)
+/* GET keys[0..n) (n <= SHOAL_PROTO_MAX_KEYS) and map each into views[i]
+ * (those already mapped are not asked for), hashing each object's bytes
+ * against the item's XXH3-128: bad[i] set (and views[i] unmapped) for
+ * one that does not match. */
+static int get_mapped_once(engine_remote *r, const shoal_key *keys, size_t n, shoal_view *views,
+                           uint8_t *bad, shoal_err *err)
 {
     uint64_t request;
     size_t got = 0;
@@ -138,10 +146,72 @@ static int get_mapped(engine_remote *r, const shoal_key *keys, size_t n, shoal_v
             rc = shoal_err_set(err, SHOAL_EPROTO, "shoald sent item %u twice", it.index);
         else
             rc = shoal_item_map(&it, 0, &views[it.index], err);
+        if (rc == 0) {
+            /* checked as mapped (docs/engine.md "Checked reads"): the first
+             * touch of the pages is the hash's, the use after finds them cached */
+            XXH128_canonical_t can;
+            shoal_view *v = &views[it.index];
+            XXH128_canonicalFromHash(&can, XXH3_128bits(v->data, (size_t)v->length));
+            bad[it.index] = memcmp(can.digest, it.xxh128, 16) != 0;
+            if (bad[it.index]) {
+                munmap(v->base, v->maplen);
+                memset(v, 0, sizeof *v);
+            }
+        }
         shoal_item_release(&it, NULL);     /* closes the descriptor; the mapping stays */
         if (rc != 0 && !it.last)
             shoal_client_cancel(r->client, request, NULL);
     }
+    return rc;
+}
+
+/* get_mapped_once, and for each object that read back damaged: a
+ * warning, a REPORT (shoald removes it), one more GET (fetched again);
+ * still damaged is an error that says what to do. */
+static int get_mapped(engine_remote *r, const shoal_key *keys, size_t n, shoal_view *views,
+                      shoal_err *err)
+{
+    uint8_t bad[SHOAL_PROTO_MAX_KEYS] = { 0 };
+    shoal_key again[SHOAL_PROTO_MAX_KEYS];
+    size_t idx[SHOAL_PROTO_MAX_KEYS], m = 0;
+    shoal_view v2[SHOAL_PROTO_MAX_KEYS];
+    int rc;
+
+    if (n > SHOAL_PROTO_MAX_KEYS)
+        return shoal_err_set(err, SHOAL_EINTERNAL, "get_mapped: %zu keys", n);
+    if ((rc = get_mapped_once(r, keys, n, views, bad, err)) != 0)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        const char *kind = keys[i].kind == SHOAL_KEY_FILE ? "file" : "tensor";
+        char name[SHOAL_PROTO_MAX_STR + 1];
+        shoal_err re = { 0 };
+        if (!bad[i])
+            continue;
+        snprintf(name, sizeof name, "%.*s", (int)keys[i].name_len, keys[i].name);
+        LOG_WARN("remote", "%s: %s %s read back damaged from shoald's cache (its XXH3-128 does "
+                 "not match the index's): reported, fetching it again", r->spec, kind, name);
+        if (checked_read_report_object(r->client, r->info.handle, kind, name, &re) != 0)
+            LOG_WARN("remote", "%s: REPORT of the damaged %s %s failed: %s", r->spec, kind, name,
+                     re.msg);
+        again[m] = keys[i];
+        idx[m++] = i;
+    }
+    if (m == 0)
+        return 0;
+    memset(v2, 0, sizeof v2);
+    memset(bad, 0, sizeof bad);
+    rc = get_mapped_once(r, again, m, v2, bad, err);
+    for (size_t j = 0; j < m; j++) {
+        views[idx[j]] = v2[j];
+        if (rc == 0 && bad[j])
+            rc = shoal_err_set(err, SHOAL_ECORRUPT, "%.*s read back damaged from shoald's cache "
+                               "twice (fetched again after the REPORT, still not its XXH3-128): "
+                               "check the disk under shoald's cache and run `shoal verify "
+                               "--deep %s`", (int)again[j].name_len, again[j].name, r->spec);
+    }
+    if (rc == 0)
+        LOG_INFO("remote", "%s: %zu damaged object%s fetched again, checked", r->spec, m,
+                 m == 1 ? "" : "s");
     return rc;
 }
 
@@ -222,10 +292,13 @@ static void on_daemon_progress(const shoal_progress *p, void *ctx)
     progress(ctx, "storing", p->done, p->total);
 }
 
-/* Bring [off, off+len) of fd into memory and parse it as the pack of
- * `mode`: 0 with r->pack, or a negative code with e filled. */
+/* Bring [off, off+len) of fd into memory, hashing it against `xxh` (the
+ * index's), and parse it as the pack of `mode`: 0 with r->pack, or a
+ * negative code with e filled (SHOAL_ECORRUPT: the bytes do not match).
+ * A streamed pack's hash is known only once its streamed part went by
+ * (pack_stream checks it). */
 static int pack_take(engine_remote *r, int fd, uint64_t off, uint64_t len, engine_spine mode,
-                     shoal_err *e)
+                     const uint8_t xxh[16], shoal_err *e)
 {
     uint64_t fill = len;
     uint8_t head[64];
@@ -243,8 +316,11 @@ static int pack_take(engine_remote *r, int fd, uint64_t off, uint64_t len, engin
         r->pack_off = off;
     }
     rc = spine_resident_read_part(fd, off, len, fill, r->ro.spine_load,
-                                  r->ro.io_threads > 0 ? r->ro.io_threads : 8, &r->res, e);
+                                  r->ro.io_threads > 0 ? r->ro.io_threads : 8, xxh, &r->res, e);
     r->pack_filled = fill;
+    if (rc == 0 && fill == len && spine_resident_check(&r->res) < 0)
+        rc = shoal_err_set(e, SHOAL_ECORRUPT, "its %llu bytes do not hash to the XXH3-128 "
+                           "shoald's index holds for it", (unsigned long long)len);
     if (rc == 0)
         rc = spine_pack_open(r->res.data, r->res.length, mode, r->man->config,
                              r->man->config_len, &r->pack, e);
@@ -270,8 +346,24 @@ static void pack_drop(engine_remote *r)
     r->pack_fd = -1;
 }
 
+/* The cached pack read back damaged (why): a warning, a REPORT (shoald
+ * removes it, so the next PUT_BEGIN stores a fresh one), and it is
+ * dropped; the caller builds it again from the BF16 tensors. */
+static void pack_damaged(engine_remote *r, const char *name, const char *why)
+{
+    shoal_err re = { 0 };
+
+    LOG_WARN("remote", "%s: cached spine pack %s read back damaged (%s): reported to shoald, "
+             "building it again from the BF16 tensors", r->spec, name, why);
+    if (checked_read_report_object(r->client, r->info.handle, "derived", name, &re) != 0)
+        LOG_WARN("remote", "%s: REPORT of the damaged pack %s failed: %s", r->spec, name, re.msg);
+    r->spine.damaged++;
+    pack_drop(r);
+}
+
 /* GET the pack shoald keeps for this model and take it.  0 with r->pack;
- * 1: not there; -1: there but refused (warned). */
+ * 1: not there (or damaged: reported, dropped); -1: there but refused
+ * (warned). */
 static int pack_get(engine_remote *r, engine_spine mode)
 {
     const char *name = spine_pack_name(mode);
@@ -295,8 +387,12 @@ static int pack_get(engine_remote *r, engine_spine mode)
     if (rc == 0 && it.status != 0)
         rc = shoal_err_set(&e, it.status, "%s", shoal_strerror(it.status));
     if (rc == 0)
-        rc = pack_take(r, it.fd, it.offset, it.length, mode, &e);
+        rc = pack_take(r, it.fd, it.offset, it.length, mode, it.xxh128, &e);
     shoal_item_release(&it, NULL);
+    if (rc == SHOAL_ECORRUPT) {
+        pack_damaged(r, name, e.msg);
+        return 1;
+    }
     if (rc != 0) {
         LOG_WARN("remote", "%s: cached spine pack %s refused: %s; quantizing instead", r->spec,
                  name, e.msg);
@@ -407,7 +503,7 @@ static int pack_build(engine_remote *r, const engine_model_options *mo)
     if (rc == 0 && fd < 0)
         rc = shoal_err_set(&e, SHOAL_EIO, "spine pack: no descriptor to read it back");
     if (rc == 0)
-        rc = pack_take(r, fd, 0, len, mo->spine, &e);
+        rc = pack_take(r, fd, 0, len, mo->spine, xxh, &e);
     if (fd >= 0)
         close(fd);
     spine_pack_writer_free(w);
@@ -422,23 +518,65 @@ static int pack_build(engine_remote *r, const engine_model_options *mo)
     return 0;
 }
 
+/* A streamed layer read back damaged at run time (spine_stream.c, on
+ * the thread running the pass): REPORT the pack, so the next load builds
+ * it again; the pass fails with the layer named. */
+static void on_stream_damaged(void *ctx, int layer)
+{
+    engine_remote *r = ctx;
+    const char *name = spine_pack_name(r->spine.mode);
+    shoal_err re = { 0 };
+
+    LOG_ERROR("remote", "%s: layer %d of the streamed spine read back damaged from the pack %s "
+              "in shoald's cache: reported; this engine cannot run a pass until it is restarted "
+              "(the next load builds the pack again)", r->spec, layer, name);
+    if (checked_read_report_object(r->client, r->info.handle, "derived", name, &re) != 0)
+        LOG_WARN("remote", "%s: REPORT of the damaged pack %s failed: %s", r->spec, name, re.msg);
+}
+
 /* The plan's streamed layers from the pack: streamed in place, and the
- * resident part (the header and table are in) read now. */
+ * resident part (the header and table are in) read now; then the
+ * streamed part read once only to finish the pack's hash, each streamed
+ * layer's range hashed on the way for the check of every later read.
+ * SHOAL_ECORRUPT: the pack does not match its index hash. */
 static int pack_stream(engine_remote *r, shoal_err *err)
 {
-    uint64_t end;
-    int n = (int)r->model->cfg.n_layers, rc;
+    uint64_t end, t0;
+    int n = (int)r->model->cfg.n_layers, first = n - r->stream_layers, rc;
+    int threads = r->ro.io_threads > 0 ? r->ro.io_threads : 8;
+    spine_resident_range *rg = NULL;
+    uint8_t (*xxh)[16] = NULL;
 
     if (r->pack_fd < 0)
         return shoal_err_set(err, SHOAL_EUNSUPPORTED, "a streamed spine needs --spine-load read");
-    rc = engine_model_stream_pack(r->model, n - r->stream_layers, r->pack_fd, r->pack_off,
+    rc = engine_model_stream_pack(r->model, first, r->pack_fd, r->pack_off,
                                   (uint8_t *)r->res.data, &end, err);
     if (rc == 0)
-        rc = spine_resident_fill(&r->res, r->pack_fd, r->pack_filled, end,
-                                 r->ro.io_threads > 0 ? r->ro.io_threads : 8, err);
+        rc = spine_resident_fill(&r->res, r->pack_fd, r->pack_filled, end, threads, err);
+    if (rc == 0 && (!(rg = calloc((size_t)r->stream_layers, sizeof *rg)) ||
+                    !(xxh = calloc((size_t)r->stream_layers, sizeof *xxh))))
+        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    for (int l = first; rc == 0 && l < n; l++)
+        rc = engine_model_stream_region(r->model, l, &rg[l - first].off, &rg[l - first].len);
+    t0 = shoal_now_ns();
     if (rc == 0)
-        LOG_INFO("remote", "%s: spine pack: %.1f MiB resident, layers %d-%d streamed from it",
-                 r->spec, (double)end / 1048576.0, n - r->stream_layers, n - 1);
+        rc = spine_resident_hash_rest(&r->res, r->pack_fd, rg, (size_t)r->stream_layers, xxh,
+                                      threads, err);
+    if (rc == 0 && spine_resident_check(&r->res) < 0)
+        rc = shoal_err_set(err, SHOAL_ECORRUPT, "its %llu bytes do not hash to the XXH3-128 "
+                           "shoald's index holds for it", (unsigned long long)r->res.length);
+    if (rc == 0) {
+        for (int l = first; l < n; l++)
+            engine_model_stream_expect(r->model, l, xxh[l - first]);
+        engine_model_stream_on_damaged(r->model, on_stream_damaged, r);
+        LOG_INFO("remote", "%s: spine pack: %.1f MiB resident, layers %d-%d streamed from it "
+                 "from byte %llu (checked: %.1f MiB of them read once to hash in %.1f ms)",
+                 r->spec, (double)end / 1048576.0, first, n - 1, (unsigned long long)end,
+                 (double)(r->res.length - end) / 1048576.0,
+                 (double)(shoal_now_ns() - t0) / 1e6);
+    }
+    free(rg);
+    free(xxh);
     return rc;
 }
 
@@ -463,28 +601,41 @@ static int spine_load(engine_remote *r, const engine_model_options *mo, shoal_er
     r->stream_layers = mo->stream_layers;
     o.pack = NULL;
     o.pack_out = NULL;
-    if (r->spine_cache && spine_pack_name(mo->spine)) {
-        int got = pack_get(r, mo->spine);
-        if (got == 1) {
-            LOG_INFO("remote", "%s: no cached %s spine yet: building it", r->spec,
-                     k3_spine_mode_name((k3_spine_mode)mo->spine));
-            int b = pack_build(r, mo);
-            got = b == 2 ? pack_get(r, mo->spine) : b;
+    for (int attempt = 0;; attempt++) {
+        if (r->spine_cache && spine_pack_name(mo->spine)) {
+            int got = pack_get(r, mo->spine);
+            if (got == 1) {
+                LOG_INFO("remote", "%s: no cached %s spine yet: building it", r->spec,
+                         k3_spine_mode_name((k3_spine_mode)mo->spine));
+                int b = pack_build(r, mo);
+                got = b == 2 ? pack_get(r, mo->spine) : b;
+            }
+            if (got == 0)
+                o.pack = r->pack;
         }
-        if (got == 0)
-            o.pack = r->pack;
-    }
-    if (o.pack)
-        o.stream_layers = 0;      /* streamed in place from the pack, below */
-    rc = spine_fetch(r, tv, &nv, &bytes, err);
-    if (rc == 0) {
-        LOG_INFO("remote", "%s: %zu spine tensors (%.1f MiB) from shoald in %.1f ms%s", r->spec,
-                 nv, (double)bytes / 1048576.0, (double)(shoal_now_ns() - t0) / 1e6,
-                 o.pack ? " beside the spine pack" : "");
-        rc = engine_model_open_views(r->spec, man->config, man->config_len, tv, nv, NULL, NULL,
-                                     &o, &r->model, err);
-        if (rc == 0 && o.pack && r->stream_layers > 0)
-            rc = pack_stream(r, err);
+        if (o.pack)
+            o.stream_layers = 0;      /* streamed in place from the pack, below */
+        rc = spine_fetch(r, tv, &nv, &bytes, err);
+        if (rc == 0) {
+            LOG_INFO("remote", "%s: %zu spine tensors (%.1f MiB) from shoald in %.1f ms%s",
+                     r->spec, nv, (double)bytes / 1048576.0,
+                     (double)(shoal_now_ns() - t0) / 1e6, o.pack ? " beside the spine pack" : "");
+            rc = engine_model_open_views(r->spec, man->config, man->config_len, tv, nv, NULL,
+                                         NULL, &o, &r->model, err);
+            if (rc == 0 && o.pack && r->stream_layers > 0)
+                rc = pack_stream(r, err);
+        }
+        if (rc != SHOAL_ECORRUPT || !o.pack || attempt > 0)
+            break;
+        /* the streamed pack's hash, known once all of it went by, does not
+         * match: built again from the BF16 tensors, once */
+        engine_model_free(r->model);      /* before the pack it views (and streams into) */
+        r->model = NULL;
+        pack_damaged(r, spine_pack_name(mo->spine), err ? err->msg : "?");
+        o.pack = NULL;
+        o.stream_layers = mo->stream_layers;
+        if (err)
+            shoal_err_clear(err);
     }
     if (rc != 0 && o.pack) {
         /* a pack that parses but does not fit this model's config */

@@ -11,6 +11,8 @@
  *      expert source set up for it;
  *   3. a model loaded under the memory plan, from a directory or shoald
  *      (load.c).
+ * And the checked reads both use (checked_read.c, spine_resident.c),
+ * public so bench/checkread measures the code itself.
  */
 #ifndef SHOAL_ENGINE_SOURCE_H
 #define SHOAL_ENGINE_SOURCE_H
@@ -124,6 +126,7 @@ typedef struct engine_remote_spine {
     int    stored;             /* ... and shoald stored it for the next load */
     int    put_direct;         /* ... written straight into shoald's file (PUT_BEGIN) */
     int    refused;            /* a cached pack was there but refused (warned) */
+    int    damaged;            /* ... read back damaged: reported, built again (warned) */
     engine_spine mode;
     uint64_t pack_bytes;
     int    direct;             /* the pack was read with O_DIRECT */
@@ -275,5 +278,69 @@ int  checked_read_result(checked_read *r);
  * it removes the object, so the next GET fetches it again. */
 int  checked_read_report(struct shoal_client *c, uint32_t handle, int layer, int32_t expert,
                          shoal_err *err);
+/* The same for an object named by kind "tensor" (a spine tensor), "file"
+ * (a small file) or "derived" (the spine pack): shoald removes it, so the
+ * next GET fetches it again (a derived object: the engine makes it
+ * again). */
+int  checked_read_report_object(struct shoal_client *c, uint32_t handle, const char *kind,
+                                const char *name, shoal_err *err);
+
+/* ---- the spine pack read into memory, checked (spine_resident.c) ---------
+ *
+ * What remote.c reads a cached pack with. */
+
+/* A spine pack held in the engine's memory: the bytes of an object,
+ * read into anonymous memory (SPINE_LOAD_READ) or mapped, populated and
+ * locked where allowed (SPINE_LOAD_MAP). */
+typedef struct spine_resident {
+    const uint8_t *data;       /* the object's first byte */
+    uint64_t length;
+    void *base;                /* the buffer or the mapping underneath */
+    size_t maplen;
+    int mapped;                /* 1: a file mapping (munmap), 0: anonymous (free) */
+    int locked;                /* MAP: mlock succeeded */
+    int direct;                /* READ: O_DIRECT worked (else buffered reads) */
+    double ms;
+    uint64_t file_start;       /* READ: the file offset of base[0] (a 4 KiB multiple) */
+    size_t lead;               /* READ: data - base */
+    /* checked: the object's XXH3-128 as its bytes went by, up to file
+     * offset hash_pos; want is the index's (the GET_ITEM's) */
+    struct XXH3_state_s *hash; /* NULL: unchecked */
+    uint64_t hash_pos;
+    uint8_t want[16];
+    double hash_ms;            /* reading the streamed part only to hash it */
+} spine_resident;
+
+/* A file range hashed on its own as the rest of the object goes by
+ * (a streamed layer's, for its per-pass check). */
+typedef struct spine_resident_range {
+    uint64_t off, len;         /* file offsets */
+} spine_resident_range;
+
+/* Bring [off, off+len) of fd into memory per `mode`, reading with
+ * `threads` threads in parts (READ).  fd stays the caller's.  want (NULL:
+ * unchecked): the object's XXH3-128, canonical; the bytes are hashed as
+ * they are read, spine_resident_check says whether they match. */
+int spine_resident_read(int fd, uint64_t off, uint64_t len, spine_load_mode mode, int threads,
+                        const uint8_t want[16], spine_resident *out, shoal_err *err);
+void spine_resident_free(spine_resident *r);
+/* READ only the first `fill` bytes of the object now (the buffer spans
+ * all `len`; the rest stays untouched anonymous memory, no RAM until
+ * written); spine_resident_fill reads [from, to) of the object later.
+ * MAP maps and populates everything. */
+int spine_resident_read_part(int fd, uint64_t off, uint64_t len, uint64_t fill,
+                             spine_load_mode mode, int threads, const uint8_t want[16],
+                             spine_resident *out, shoal_err *err);
+int spine_resident_fill(spine_resident *r, int fd, uint64_t from, uint64_t to, int threads,
+                        shoal_err *err);
+/* Checked: the bytes after the last filled one (the streamed part, which
+ * stays on disk) read once into small buffers only to be hashed, with
+ * the ranges rg[0..nrg) (file offsets, each within what is read) hashed
+ * on their own into xxh[i] (canonical).  Unchecked: nothing. */
+int spine_resident_hash_rest(spine_resident *r, int fd, const spine_resident_range *rg,
+                             size_t nrg, uint8_t (*xxh)[16], int threads, shoal_err *err);
+/* 1: every byte was hashed and matches want; -1: it does not; 0:
+ * unchecked, or not every byte read yet. */
+int spine_resident_check(const spine_resident *r);
 
 #endif
