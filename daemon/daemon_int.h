@@ -525,6 +525,10 @@ const char *upstream_state_name(const model *m);
 int  peer_serve(conn *c, model *m, getreq *g, uint16_t i, const objref *o);
 /* 1 when o is in a verified HF cache blob (warm has nothing to fetch). */
 int  peer_has(const model *m, const objref *o);
+/* A client reported o damaged (REPORT): when it was read from the HF
+ * cache, that blob is not used again (its bytes are fetched from the Hub;
+ * the stat did not show the change). */
+void peer_damaged(shoald *d, model *m, const objref *o);
 /* Since start (docs/fetcher.md, "The Hugging Face cache"). */
 typedef struct peer_counts {
     uint64_t objects, bytes;       /* served from verified blobs */

@@ -139,14 +139,16 @@ void peer_shutdown(shoald *d)
 
 static uint64_t stat_stamp(const fetch_peer_stat *s)
 {
-    uint64_t v[3] = { s->size, s->ino, (uint64_t)s->mtime_ns };
+    uint64_t v[4] = { s->size, s->ino, (uint64_t)s->mtime_ns, (uint64_t)s->ctime_s };
     return XXH3_64bits(v, sizeof v);
 }
 
+/* The blob as verified: size, inode, mtime, and the ctime (which a write
+ * moves even when the mtime is set back by hand; POSIX seconds). */
 static int stat_is(const struct stat *st, const fetch_peer_stat *want)
 {
     return (uint64_t)st->st_size == want->size && (uint64_t)st->st_ino == want->ino
-           && shoal_stat_mtime_ns(st) == want->mtime_ns;
+           && shoal_stat_mtime_ns(st) == want->mtime_ns && (int64_t)st->st_ctime == want->ctime_s;
 }
 
 static uint64_t obj_hash(int64_t model_id, const objref *o)
@@ -295,7 +297,8 @@ static void job_run(work *w)
     }
     if (fstat(j->fd, &st) != 0 || !stat_is(&st, &j->want)) {
         j->rc = PEER_CHANGED;
-        snprintf(j->why, sizeof j->why, "it changed since it was verified (size, mtime or inode)");
+        snprintf(j->why, sizeof j->why, "it changed since it was verified (size, mtime, ctime or "
+                 "inode)");
         return;
     }
     j->rc = range_xxh(j->fd, j->o.key.offset, j->o.key.length, j->xxh128, &w->stop);
@@ -386,6 +389,17 @@ static void job_done(work *w)
     free(j);
 }
 
+void peer_damaged(shoald *d, model *m, const objref *o)
+{
+    char blob[SHOAL_PATH_MAX];
+    if (m->local || upstream_peer_blob(m, o->file, blob, sizeof blob, NULL) != 0)
+        return;
+    if (state(d))
+        drop(d, m, o->file, blob, "a client read bytes of it that do not match their checksum");
+    else
+        upstream_peer_drop(m, o->file);
+}
+
 /* ---- GET ------------------------------------------------------------------------------ */
 
 int peer_has(const model *m, const objref *o)
@@ -423,7 +437,8 @@ int peer_serve(conn *c, model *m, getreq *g, uint16_t i, const objref *o)
             return 1;
         }
         drop(d, m, o->file, blob, fd < 0 ? strerror(errno)
-                                         : "it changed since it was verified (size, mtime or inode)");
+                                         : "it changed since it was verified (size, mtime, ctime "
+                                           "or inode)");
         if (fd >= 0)
             close(fd);
         return 0;

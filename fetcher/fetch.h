@@ -153,6 +153,7 @@ int fetch_upstream_offline(const fetch_upstream *u);
 typedef struct fetch_peer_stat {
     uint64_t size, ino;
     int64_t  mtime_ns;
+    int64_t  ctime_s;            /* a write with the mtime set back still moves it */
 } fetch_peer_stat;
 int fetch_upstream_peer_scan(fetch_upstream *u, const manifest *m);
 int fetch_upstream_peer_blob(const fetch_upstream *u, const char *path, char *out, size_t cap,

@@ -6,7 +6,7 @@
  * its snapshot symlink (offline), and the rule that a blob is used only
  * once its bytes hash to the etag (sha256 for LFS files, git blob sha1 for
  * small ones) — hashed once, then remembered by (etag, size, mtime, inode,
- * path) in fetch_options.peer_memo so later opens only stat, the memo
+ * ctime, path) in fetch_options.peer_memo so later opens only stat, the memo
  * pruned of blobs gone or changed and bounded (PEER_MEMO_MAX_LINES).
  * Verified blobs are read in place: the manifest build's reads pread them,
  * and the daemon hands their descriptors to engines
@@ -17,10 +17,13 @@
  *
  * The memo file, one line per verified blob, oldest first:
  *
- *   <etag> <size> <mtime s>.<mtime ns, 9 digits> <inode> <blob path>\n
+ *   <etag> <size> <mtime s>.<mtime ns, 9 digits> <inode> c<ctime s> <blob path>\n
  *
  * (lines of the first format end after the inode: still honoured, and
- * rewritten with the path when this model's blobs/<etag> matches them).
+ * rewritten with the ctime and path when this model's blobs/<etag>
+ * matches them).  The ctime is there because a write moves it even when
+ * the mtime is set back by hand; a blob only renamed or chmod'ed is
+ * hashed again.
  */
 #include "fetcher/fetch_int.h"
 
@@ -129,24 +132,30 @@ static void stat_take(const struct stat *st, fetch_peer_stat *out)
     out->size = (uint64_t)st->st_size;
     out->ino = (uint64_t)st->st_ino;
     out->mtime_ns = shoal_stat_mtime_ns(st);
+    out->ctime_s = (int64_t)st->st_ctime;
 }
 
+/* Same size, mtime and inode (what the memo's first format keyed by). */
 static int stat_same(const fetch_peer_stat *a, const fetch_peer_stat *b)
 {
     return a->size == b->size && a->ino == b->ino && a->mtime_ns == b->mtime_ns;
 }
 
-/* The memo key of a verified blob: "etag size mtime inode" (no newline). */
-static int memo_key(const char *etag, const fetch_peer_stat *st, char *out, size_t cap)
+/* The memo key of a verified blob, no newline: "etag size mtime inode
+ * cCTIME", or without the ctime (ctime 0) the first format's. */
+static int memo_key(const char *etag, const fetch_peer_stat *st, int ctime, char *out, size_t cap)
 {
-    return snprintf(out, cap, "%s %" PRIu64 " %lld.%09lld %" PRIu64, etag, st->size,
-                    (long long)(st->mtime_ns / 1000000000), (long long)(st->mtime_ns % 1000000000),
-                    st->ino);
+    int n = snprintf(out, cap, "%s %" PRIu64 " %lld.%09lld %" PRIu64, etag, st->size,
+                     (long long)(st->mtime_ns / 1000000000),
+                     (long long)(st->mtime_ns % 1000000000), st->ino);
+    if (ctime && n > 0 && (size_t)n < cap)
+        n += snprintf(out + n, cap - (size_t)n, " c%lld", (long long)st->ctime_s);
+    return n;
 }
 
-/* Does the memo hold key, as a line of its own ("key\n") or followed by a
- * path ("key path\n")?  Caller holds memo_mu. */
-static int memo_has(const fetch_upstream *u, const char *key)
+/* Does the memo hold key followed by a path ("key path\n"), or the first
+ * format's key1 alone ("key1\n")?  Caller holds memo_mu. */
+static int memo_has(const fetch_upstream *u, const char *key, const char *key1)
 {
     shoal_buf b;
     int found = 0;
@@ -154,10 +163,10 @@ static int memo_has(const fetch_upstream *u, const char *key)
         return 0;
     shoal_buf_init(&b, PEER_MEMO_READ_MAX);
     if (shoal_read_file(u->o.peer_memo, PEER_MEMO_READ_MAX, &b, NULL) == 0 && b.len) {
-        size_t n = strlen(key);
-        for (size_t i = 0; i + n < b.len; ) {
-            if ((i == 0 || b.data[i - 1] == '\n') && memcmp(b.data + i, key, n) == 0
-                && (b.data[i + n] == '\n' || b.data[i + n] == ' ')) {
+        size_t n = strlen(key), n1 = strlen(key1);
+        for (size_t i = 0; i < b.len; ) {
+            if ((i + n < b.len && memcmp(b.data + i, key, n) == 0 && b.data[i + n] == ' ')
+                || (i + n1 < b.len && memcmp(b.data + i, key1, n1) == 0 && b.data[i + n1] == '\n')) {
                 found = 1;
                 break;
             }
@@ -190,7 +199,8 @@ static void memo_add(const fetch_upstream *u, const char *key, const char *blob)
 }
 
 /* One memo line, parsed: etag, stat, and the blob's path (NULL in a line
- * of the first format).  0, or -1 for a line that does not parse. */
+ * of the first format, which has no ctime either).  0, or -1 for a line
+ * that does not parse. */
 typedef struct memo_rec {
     char etag[HUB_ETAG_MAX];
     fetch_peer_stat st;
@@ -202,8 +212,8 @@ static int memo_parse(const char *line, size_t len, memo_rec *r)
 {
     char tmp[2 * PATH_MAX];
     unsigned long long size, ino;
-    long long sec, nsec;
-    int n = 0;
+    long long sec, nsec, ct;
+    int n = 0, k = 0;
     if (len >= sizeof tmp)
         return -1;
     memcpy(tmp, line, len);
@@ -215,26 +225,28 @@ static int memo_parse(const char *line, size_t len, memo_rec *r)
     r->st.size = size;
     r->st.ino = ino;
     r->st.mtime_ns = sec * 1000000000 + nsec;
-    if ((size_t)n < len) {
-        if (line[n] != ' ' || (size_t)n + 1 >= len)
-            return -1;
-        r->path = line + n + 1;
-        r->path_len = len - (size_t)n - 1;
-    }
+    if ((size_t)n == len)
+        return 0;   /* the first format */
+    if (sscanf(tmp + n, " c%lld %n", &ct, &k) != 1 || k < 4 || (size_t)(n + k) >= len)
+        return -1;
+    r->st.ctime_s = ct;
+    r->path = line + n + k;
+    r->path_len = len - (size_t)(n + k);
     return 0;
 }
 
 /* Is the line's blob still what the line says: there, a regular file named
- * by its etag, same size, mtime and inode?  A line of the first format is
- * judged by this model's blobs/<etag> (*upgrade: that path). */
-static int memo_rec_live(const fetch_upstream *u, const memo_rec *r, char *upgrade, size_t cap)
+ * by its etag, same size, mtime, inode and ctime?  A line of the first
+ * format is judged by this model's blobs/<etag> (size, mtime, inode) and
+ * *line1 gets it in today's format (with that path and its ctime now). */
+static int memo_rec_live(const fetch_upstream *u, const memo_rec *r, char *line1, size_t cap)
 {
-    char path[PATH_MAX];
+    char path[PATH_MAX], key[HUB_ETAG_MAX + 128];
     const char *base;
     struct stat st;
     fetch_peer_stat now;
 
-    upgrade[0] = '\0';
+    line1[0] = '\0';
     if (r->path) {
         if (r->path_len >= sizeof path)
             return 0;
@@ -248,10 +260,13 @@ static int memo_rec_live(const fetch_upstream *u, const memo_rec *r, char *upgra
     if (!base || strcmp(base + 1, r->etag) != 0 || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
         return 0;
     stat_take(&st, &now);
-    if (!stat_same(&now, &r->st))
+    if (!stat_same(&now, &r->st) || (r->path && now.ctime_s != r->st.ctime_s))
         return 0;
-    if (!r->path && strlen(path) < cap)
-        memcpy(upgrade, path, strlen(path) + 1);
+    if (!r->path) {
+        memo_key(r->etag, &now, 1, key, sizeof key);
+        if (snprintf(line1, cap, "%s %s", key, path) >= (int)cap)
+            line1[0] = '\0';
+    }
     return 1;
 }
 
@@ -293,7 +308,7 @@ static void memo_prune(const fetch_upstream *u)
     for (size_t k = nlines; k-- > 0; ) {
         const char *line = (const char *)in.data + starts[k];
         size_t len = starts[k + 1] - starts[k];
-        char up[PATH_MAX];
+        char up[2 * PATH_MAX];
         memo_rec r;
         uint64_t h;
         size_t slot;
@@ -333,14 +348,12 @@ static void memo_prune(const fetch_upstream *u)
             len--;
         if (!keep[k])
             continue;
-        if (keep[k] == 2) {   /* the first format, with its path now */
-            char up[PATH_MAX], key[HUB_ETAG_MAX + 96];
+        if (keep[k] == 2) {   /* the first format, with its ctime and path now */
+            char up[2 * PATH_MAX];
             memo_rec r;
             memo_parse(line, len, &r);
             memo_rec_live(u, &r, up, sizeof up);
-            memo_key(r.etag, &r.st, key, sizeof key);
-            if (shoal_buf_append(&out, key, strlen(key)) != 0 || shoal_buf_append(&out, " ", 1) != 0
-                || shoal_buf_append(&out, up, strlen(up)) != 0)
+            if (shoal_buf_append(&out, up, strlen(up)) != 0)
                 goto out;
         } else if (shoal_buf_append(&out, line, len) != 0) {
             goto out;
@@ -364,7 +377,7 @@ out:
 
 int up_peer_check(fetch_upstream *u, up_file *f)
 {
-    char blob[PATH_MAX], key[HUB_ETAG_MAX + 96];
+    char blob[PATH_MAX], key[HUB_ETAG_MAX + 128], key1[HUB_ETAG_MAX + 128];
     struct stat st;
     fetch_peer_stat before, after;
     int m;
@@ -377,14 +390,16 @@ int up_peer_check(fetch_upstream *u, up_file *f)
         || stat(blob, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->hf.size)
         return 0;
     stat_take(&st, &before);
-    memo_key(f->hf.etag, &before, key, sizeof key);
+    memo_key(f->hf.etag, &before, 1, key, sizeof key);
+    memo_key(f->hf.etag, &before, 0, key1, sizeof key1);
     pthread_mutex_lock(&memo_mu);
-    m = memo_has(u, key);
+    m = memo_has(u, key, key1);
     pthread_mutex_unlock(&memo_mu);
     if (!m) {
         m = up_hash_matches(blob, f->hf.etag, strlen(f->hf.etag), f->hf.size);
         /* bytes written while they were hashed change the mtime: not verified */
-        if (m == 1 && (stat(blob, &st) != 0 || (stat_take(&st, &after), !stat_same(&before, &after)))) {
+        if (m == 1 && (stat(blob, &st) != 0 || (stat_take(&st, &after), !stat_same(&before, &after))
+                       || after.ctime_s != before.ctime_s)) {
             LOG_WARN("fetch", "%s: the Hugging Face cache's blob %s changed while it was hashed; "
                      "not used", f->path, blob);
             return 0;

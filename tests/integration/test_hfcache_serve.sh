@@ -10,9 +10,10 @@
 #   - `shoal warm --dry-run` of a model whose files are all in the HF cache:
 #     0 to fetch, the HF cache figure, not refused under a budget smaller
 #     than the model; the warm fetches nothing;
-#   - a blob rewritten after OPEN (bytes and mtime changed) is never served:
-#     its objects come from the Hub (right bytes, the engine's output equal
-#     to a local run), the file is dropped, the others still read in place;
+#   - a blob rewritten after OPEN (bytes and mtime changed; or the mtime set
+#     back by hand) is never served: its objects come from the Hub (right
+#     bytes, the engine's output equal to a local run), the file is
+#     dropped, the others still read in place;
 #   - HOME/hfcache-verified.txt is pruned: lines of removed or changed
 #     blobs leave it, and it keeps at most 4,096 lines (the newest).
 source "$(dirname "$0")/lib.sh"
@@ -127,6 +128,29 @@ P=7,100,300,5,9,42,11,12,13,700,1
     || { cat "$T/e_peer"; fail "engine after the blob changed"; }
 cmp -s "$T/o_local" "$T/o_peer" || fail "engine output after the HF cache blob changed differs from the local run"
 echo "ok   a blob rewritten after OPEN: not served; its objects fetched from the Hub (right bytes, engine = local run)"
+# the same with the mtime set back by hand: the ctime still moves
+E2=$(awk '$1 == "model-00002-of-000003.safetensors" {print $2}' "$T/tiny.etags")
+B2=$HFC/models--t--tiny/blobs/$E2
+sleep 1.1   # the ctime is compared in seconds
+/usr/bin/python3 - "$B2" <<'PY' || fail "rewriting the blob"
+import os, struct, sys
+p = sys.argv[1]
+st = os.stat(p)
+with open(p, "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0] + 8
+    f.seek(n)
+    data = f.read()
+    f.seek(n)
+    f.write(bytes((b + 1) & 255 for b in data))
+os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+assert os.stat(p).st_mtime_ns == st.st_mtime_ns and os.stat(p).st_size == st.st_size
+PY
+$C get hf://t/tiny 5:0 6:2 --check "$T/m" > "$T/t4.out" || { cat "$T/t4.out"; fail "GET after the blob changed (mtime kept)"; }
+summary "$T/t4.out" | grep -q '^hits 0 misses 2 .*errors 0 .*checked 2 mismatched 0' \
+    || { cat "$T/t4.out"; fail "a blob changed with its mtime set back: $(summary "$T/t4.out")"; }
+stats
+[ "$(hf files_dropped)" = 2 ] || fail "files dropped: $(hf files_dropped)"
+echo "ok   a blob rewritten with its mtime set back: not served either (the ctime moved)"
 
 # ---- the memo is pruned, and bounded ----------------------------------------------------------
 stop_daemon
@@ -146,7 +170,7 @@ for i in range(4100):
     p = os.path.join(d, e)
     open(p, "wb").write(b"x")
     st = os.stat(p)
-    lines.append("%s %d %d.%09d %d %s\n" % (e, st.st_size, st.st_mtime_ns // 10**9, st.st_mtime_ns % 10**9, st.st_ino, p))
+    lines.append("%s %d %d.%09d %d c%d %s\n" % (e, st.st_size, st.st_mtime_ns // 10**9, st.st_mtime_ns % 10**9, st.st_ino, int(st.st_ctime), p))
 old = open(memo).read()
 open(memo, "w").write("".join(lines) + old)
 PY
@@ -158,11 +182,12 @@ n=$(wc -l < "$MEMO")
 [ "$n" = 4096 ] || fail "memo: $n lines, bound 4096"
 ! grep -q "^$EB " "$MEMO" || fail "the memo keeps the line of a removed blob"
 ! grep -q "^$E1 .*/models--t--tiny/" "$MEMO" || fail "the memo keeps the line of a changed blob"
+! grep -q "^$E2 .*/models--t--tiny/" "$MEMO" || fail "the memo keeps the line of a blob changed with its mtime set back"
 ! grep -q "^$(/usr/bin/python3 -c 'import hashlib; print(hashlib.sha1(b"0").hexdigest())') " "$MEMO" \
     || fail "the memo keeps its oldest line past the bound"
 live=$(grep -c " $HFC/" "$MEMO")
-[ "$live" = 13 ] || fail "memo: $live lines of the HF cache's blobs, 13 still verified"
+[ "$live" = 12 ] || fail "memo: $live lines of the HF cache's blobs, 12 still verified"
 stop_daemon
 ! grep -l 'runtime error\|AddressSanitizer\|LeakSanitizer' "$T"/*.log 2>/dev/null || fail "sanitizer reports in a log"
-echo "ok   memo pruned: removed and changed blobs dropped, 4,096 lines kept (the newest); 13 live blobs remembered"
+echo "ok   memo pruned: removed and changed blobs dropped, 4,096 lines kept (the newest); 12 live blobs remembered"
 echo "ok"
