@@ -17,8 +17,8 @@
  *      however many ask);
  *   2. its hash remembered (the memo below, for this model, file, range
  *      and the blob's verified stat): the blob is opened and fstat'ed on
- *      the loop — no byte read — and, while its stat (size, mtime, inode)
- *      is still the verified one, answered at once;
+ *      the loop — no byte read — and, while its stat is still the
+ *      verified one, answered at once;
  *   3. else a job: a worker opens the blob, checks its stat against the
  *      verified one, reads and hashes the range (~10 ms for a 17.5 MB K3
  *      expert from the page cache, 100+ ms cold), checks the stat again,
@@ -36,13 +36,16 @@
  * verifies the blob again (fetcher/peer.c: the memo file is keyed by the
  * stat).  Re-verifying on a worker instead was rejected: a blob that
  * changed is most likely not the Hub's bytes any more, and a K3 shard is
- * ~5 GB of sha256 to learn it.  What the stat cannot see — bytes rewritten
- * with the mtime set back by hand — is out of reach short of hashing the
- * whole file at each GET.
+ * ~5 GB of sha256 to learn it.  The stat compared is size, inode, mtime
+ * (ns) and ctime (s): a write with the mtime set back by hand still moves
+ * the ctime.  What no stat shows (a bit flipped on disk) the engine's
+ * checked reads catch: an object it REPORTs damaged drops its blob the
+ * same way (peer_damaged).
  *
  * Memory: the memo holds at most PEER_MEMO_MAX entries of 56 bytes
  * (7 MiB) plus 256 KiB of buckets, the oldest replaced first; K3's
- * 82,432 experts + 2,460 spine tensors + its small files fit (~4.8 MB).
+ * 82,432 experts + 2,460 spine tensors + its small files fit (4.8 MB
+ * used; the array grows by doubling, so it is then at its 7 MiB bound).
  * A key waiting for a hash holds a pending and a peer_ask (~100 bytes),
  * at most DAEMON_CONN_MAX_KEYS per connection.
  */
