@@ -102,6 +102,8 @@ typedef struct peer_job {
     /* the worker's */
     int      fd;                   /* the blob, kept for the replies */
     int      rc;                   /* 0, PEER_CHANGED, or a negative code */
+    int      transient;            /* rc is shoald's own want (descriptors, memory):
+                                      the keys get it, the blob stays in use */
     uint64_t hashed;               /* bytes read */
     uint8_t  xxh128[16];
     char     why[SHOAL_ERR_MSG_MAX];
@@ -294,6 +296,7 @@ static void job_run(work *w)
 
     j->fd = open(j->blob, O_RDONLY | O_CLOEXEC);
     if (j->fd < 0) {
+        j->transient = errno == EMFILE || errno == ENFILE || errno == ENOMEM;
         j->rc = shoal_err_from_errno(errno);
         snprintf(j->why, sizeof j->why, "cannot open it: %s", strerror(errno));
         return;
@@ -305,6 +308,7 @@ static void job_run(work *w)
         return;
     }
     j->rc = range_xxh(j->fd, j->o.key.offset, j->o.key.length, j->xxh128, &w->stop);
+    j->transient = j->rc == SHOAL_ENOMEM;
     if (j->rc) {
         snprintf(j->why, sizeof j->why, "cannot read bytes %llu+%llu: %s",
                  (unsigned long long)j->o.key.offset, (unsigned long long)j->o.key.length,
@@ -363,7 +367,7 @@ static void job_done(work *w)
     P->counts.hashed_objects += j->hashed != 0;
     if (!d->stopping && j->rc == 0)
         memo_put(P, j->m->model_id, &j->o, stat_stamp(&j->want), j->xxh128);
-    else if (!d->stopping && j->rc != SHOAL_ECANCELED)
+    else if (!d->stopping && j->rc != SHOAL_ECANCELED && !j->transient)
         drop(d, j->m, j->o.file, j->blob, j->why);
     for (a = j->asks; a; a = next) {
         conn *c = a->p->c;
@@ -379,6 +383,8 @@ static void job_done(work *w)
                 else
                     session_item_send(c, g, a->index, shoal_err_from_errno(errno),
                                       SHOAL_SRC_HIT, NULL);
+            } else if (j->transient) {
+                session_item_send(c, g, a->index, j->rc, SHOAL_SRC_HIT, NULL);
             } else {
                 ops_get_fetch(c, j->m, g, a->index, &j->o);   /* from the Hub */
             }
@@ -438,6 +444,10 @@ int peer_serve(conn *c, model *m, getreq *g, uint16_t i, const objref *o)
             P->counts.memo_hits++;
             answer(c, m, g, i, o, fd, e->xxh128);
             return 1;
+        }
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM)) {
+            session_item_send(c, g, i, shoal_err_from_errno(errno), SHOAL_SRC_HIT, NULL);
+            return 1;   /* shoald's own want: the blob stays in use */
         }
         drop(d, m, o->file, blob, fd < 0 ? strerror(errno)
                                          : "it changed since it was verified (size, mtime, ctime "
