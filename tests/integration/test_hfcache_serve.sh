@@ -14,6 +14,7 @@
 #     back by hand) is never served: its objects come from the Hub (right
 #     bytes, the engine's output equal to a local run), the file is
 #     dropped, the others still read in place;
+#   - an object an engine REPORTs damaged drops its blob the same way;
 #   - HOME/hfcache-verified.txt is pruned: lines of removed or changed
 #     blobs leave it, and it keeps at most 4,096 lines (the newest).
 source "$(dirname "$0")/lib.sh"
@@ -26,8 +27,9 @@ BIG=$((256 << 20))
 NKEYS=48
 
 "$BIN/mkmodel" --preset tiny --seed 3 --out "$T/m" --quiet || fail "mkmodel"
-# t/big: tiny and a 256 MiB tokenizer.json (an optional small file: one object)
-cp -r "$T/m" "$T/big"
+# t/big: another tiny (no etag shared with t/tiny) and a 256 MiB
+# tokenizer.json (an optional small file: one object)
+"$BIN/mkmodel" --preset tiny --seed 5 --out "$T/big" --quiet || fail "mkmodel big"
 head -c $BIG /dev/urandom > "$T/big/tokenizer.json"
 start_hubmock --repo t/tiny="$T/m" --repo t/big="$T/big" --log "$T/hub.jsonl"
 export HF_ENDPOINT=$HUB
@@ -151,6 +153,18 @@ summary "$T/t4.out" | grep -q '^hits 0 misses 2 .*errors 0 .*checked 2 mismatche
 stats
 [ "$(hf files_dropped)" = 2 ] || fail "files dropped: $(hf files_dropped)"
 echo "ok   a blob rewritten with its mtime set back: not served either (the ctime moved)"
+# what no stat shows (a bit flipped on disk), the engine's checked read does:
+# an object it REPORTs damaged drops the blob it was read from
+$C get hf://t/big 2:1 --check "$T/big" > "$T/r1.out" || fail "GET t/big 2:1"
+grep -q '2:1 hit' "$T/r1.out" || fail "t/big 2:1 is not read in place: $(cat "$T/r1.out")"
+/usr/bin/python3 "$ROOT/tests/integration/hfcache_report.py" "$H/shoald.sock" hf://t/big 2 1 > "$T/report.out" 2>&1 \
+    || fail "REPORT damaged: $(cat "$T/report.out")"
+$C get hf://t/big 2:1 2:2 --check "$T/big" > "$T/r2.out" || fail "GET after REPORT damaged"
+summary "$T/r2.out" | grep -q '^hits 0 misses 2 .*mismatched 0' || fail "after REPORT damaged: $(summary "$T/r2.out")"
+grep -q "do not match their checksum; no longer read in place" "$LOG" || fail "shoald does not say why it dropped the blob"
+stats
+[ "$(hf files_dropped)" = 3 ] || fail "files dropped: $(hf files_dropped)"
+echo "ok   an object REPORTed damaged: its blob no longer read in place, fetched from the Hub"
 
 # ---- the memo is pruned, and bounded ----------------------------------------------------------
 stop_daemon
