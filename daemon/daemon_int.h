@@ -28,6 +28,8 @@
  *   stats.c    the STATS JSON (docs/stats-json.md)
  *   integrity.c files checked against their upstream hash once complete,
  *              quarantine and re-fetch; damaged objects clients report
+ *   peer.c     objects read in place from the Hugging Face cache: their
+ *              hashes on workers, remembered; served only as verified
  *   metrics.c  --metrics: the counters in Prometheus's text format over HTTP
  *
  * Memory bound (docs/daemon.md): per connection, input is at most one frame
@@ -182,6 +184,8 @@ struct shoald {
     opening *openings;             /* models being opened (model.c) */
     struct evhttp *metrics;        /* --metrics (metrics.c), or NULL */
     struct integrity *integrity;   /* integrity.c */
+    struct peer_state *peer;       /* peer.c: hashes of HF cache objects, NULL until used */
+    uint64_t get_serial;           /* the last getreq.serial given */
     char   metrics_url[160];
 };
 
@@ -497,10 +501,15 @@ int  upstream_headroom(const shoald *d);
 /* Shutdown: pause every writer so the next run resumes. */
 void upstream_park_all(shoald *d);
 struct fetch_stats;
+struct fetch_peer_stat;
 void upstream_stats(const model *m, struct fetch_stats *out);
 /* 0 and the path of the verified Hugging Face cache blob holding the bytes
- * of m's file `file` (read in place), else -1. */
-int  upstream_peer_blob(const model *m, uint32_t file, char *out, size_t cap);
+ * of m's file `file` (read in place) and (st, may be NULL) its stat when it
+ * was verified, else -1.  drop: that blob is no longer used (it changed):
+ * 0, or -1 when it was not in use. */
+int  upstream_peer_blob(const model *m, uint32_t file, char *out, size_t cap,
+                        struct fetch_peer_stat *st);
+int  upstream_peer_drop(model *m, uint32_t file);
 /* "online", "offline" (HF_HUB_OFFLINE: the cache only) or "unreachable"
  * (the Hub did not answer at open: the revision is its last known commit),
  * "local" for a directory. */
@@ -508,18 +517,42 @@ int upstream_state(const model *m);             /* SHOAL_UPSTREAM_* */
 const char *upstream_state_name(const model *m);
 
 /* ---- peer.c: objects served in place from the Hugging Face cache ---- */
-/* 1 when o's bytes are in a verified HF cache blob: key i of g answered
- * (a hit: the blob's descriptor, the object's offset in it, its XXH3-128
- * computed from those bytes), else 0 (nothing sent). */
+/* 1 when o's bytes are in a verified HF cache blob whose stat is still the
+ * verified one: key i of g is answered now (its hash remembered) or when a
+ * worker has hashed it (a hit: the blob's descriptor, the object's offset
+ * in it, its XXH3-128) — or, if the blob turns out changed, it goes the
+ * miss path then (ops_get_fetch).  0: not in the HF cache (nothing sent;
+ * the caller fetches it). */
 int  peer_serve(conn *c, model *m, getreq *g, uint16_t i, const objref *o);
 /* 1 when o is in a verified HF cache blob (warm has nothing to fetch). */
 int  peer_has(const model *m, const objref *o);
+/* A client reported o damaged (REPORT): when it was read from the HF
+ * cache, that blob is not used again (its bytes are fetched from the Hub;
+ * the stat did not show the change). */
+void peer_damaged(shoald *d, model *m, const objref *o);
+/* Since start (docs/fetcher.md, "The Hugging Face cache"). */
+typedef struct peer_counts {
+    uint64_t objects, bytes;       /* served from verified blobs */
+    uint64_t jobs;                 /* hash jobs posted */
+    uint64_t hashed_objects, hashed_bytes;   /* read on a worker to hash */
+    uint64_t joins;                /* keys that joined a hash in flight */
+    uint64_t memo_hits;            /* keys answered from a remembered hash */
+    uint64_t memo_entries, memo_bytes, memo_replaced;
+    uint64_t hashing;              /* jobs in flight now */
+    uint64_t dropped_files;        /* blobs changed since verified: fetched instead */
+} peer_counts;
+void  peer_get(const shoald *d, peer_counts *out);
+/* STATS "daemon.hfcache" (a shoal_json *). */
+void *peer_json(const shoald *d);
+/* Free the memo (work_shutdown, after the last job's done()). */
+void  peer_shutdown(shoald *d);
 
 /* ---- session.c ----------------------------------------------------------------- */
 
 struct getreq {
     getreq  *next;
     uint64_t id;
+    uint64_t serial;               /* unique while shoald runs (ids are reused) */
     uint16_t nkeys, remaining;
     uint8_t  prio;
     waiter  *w;                    /* nkeys waiters, w[i].x NULL when not waiting */
@@ -583,6 +616,10 @@ model *ops_handle_model(conn *c, uint32_t handle, shoal_err *err);
 int ops_fail(conn *c, uint64_t id, const shoal_err *err);
 /* A transfer ended: answer the waiters of x. */
 void ops_xfer_finished(shoald *d, xfer *x, int rc, const char *msg);
+/* Key i of g (its waiter's c, g, index and prio set), not cached: join
+ * the transfer of o in flight or start one (counted as a join or a miss);
+ * an error is answered at once. */
+void ops_get_fetch(conn *c, model *m, getreq *g, uint16_t i, const objref *o);
 
 /* ---- plan.c ---------------------------------------------------------------------- */
 
@@ -595,6 +632,9 @@ typedef struct warm_sel {
     size_t   npairs;
     cache_plan plan;               /* of the whole selection, in priority order */
     uint64_t left_objects, left_bytes;   /* spine matrices its cached pack replaces */
+    uint64_t peer_objects, peer_bytes;   /* in the HF cache, read in place: first in
+                                            items (a job counts them done at once),
+                                            never in plan (nothing to fetch or hold) */
     uint64_t pinned_need;          /* bytes to fetch that would be pinned (spine, small) */
     int      trimmed;              /* fit: what did not fit was dropped from items */
     int      refused;              /* it cannot start: why says what to do */

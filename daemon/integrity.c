@@ -377,6 +377,7 @@ int integrity_damaged(shoald *d, model *m, const shoal_json *list, shoal_err *er
                 d->integrity->n.damaged++;
         } else if (err && err->code == SHOAL_ENOTFOUND) {
             shoal_err_clear(err);   /* removed already (another reader, evicted) */
+            peer_damaged(d, m, &r); /* or read in place from the HF cache */
         } else {
             return err ? err->code : SHOAL_EIO;
         }

@@ -228,27 +228,44 @@ static void get_key(conn *c, model *m, getreq *g, uint16_t i, const shoal_key *k
     w->g = g;
     w->index = i;
     w->prio = g->prio;
-    if (sched_find(d->sched, &o.key)) {
-        c->counts.joins++;
-        cache_stats_add(d->cache, &req, CACHE_JOIN, 0, 0, 0);
-        w->source = SHOAL_SRC_JOIN;
-    } else {
-        rc = cache_lookup(d->cache, &o.key, &req, &obj, &err);
+    if (!sched_find(d->sched, &o.key)) {
+        /* counted here, not by the lookup: an HF cache object is a hit */
+        rc = cache_lookup(d->cache, &o.key, NULL, &obj, &err);
         if (rc == 0) {
+            cache_stats_add(d->cache, &req, CACHE_HIT, 0, obj.length, 0);
             c->counts.hits++;
             session_item_send(c, g, i, 0, SHOAL_SRC_HIT, &obj);
             return;
         }
         if (rc != SHOAL_ENOTFOUND) {
+            cache_stats_add(d->cache, &req, CACHE_MISS, 0, 0, 0);
             session_item_send(c, g, i, rc, SHOAL_SRC_MISS, NULL);
             return;
         }
-        if (peer_serve(c, m, g, i, &o))   /* in place, from the HF cache */
+        if (peer_serve(c, m, g, i, &o))   /* in place, from the HF cache (now or later) */
             return;
+    }
+    ops_get_fetch(c, m, g, i, &o);
+}
+
+void ops_get_fetch(conn *c, model *m, getreq *g, uint16_t i, const objref *o)
+{
+    shoald *d = c->d;
+    shoal_err err = { 0 };
+    waiter *w = &g->w[i];
+    cache_req req = { c->session, m->model_id, o->layer, o->expert, CACHE_TIER_DISK };
+    int rc;
+
+    if (sched_find(d->sched, &o->key)) {
+        c->counts.joins++;
+        cache_stats_add(d->cache, &req, CACHE_JOIN, 0, 0, 0);
+        w->source = SHOAL_SRC_JOIN;
+    } else {
         c->counts.misses++;
+        cache_stats_add(d->cache, &req, CACHE_MISS, 0, 0, 0);
         w->source = SHOAL_SRC_MISS;
     }
-    rc = sched_attach(d->sched, m, &o, w, &err);
+    rc = sched_attach(d->sched, m, o, w, &err);
     if (rc)
         session_item_send(c, g, i, rc, w->source, NULL);
 }
@@ -279,6 +296,7 @@ static int op_get(conn *c, const daemon_request *rq)
         return ops_fail(c, rq->id, &err), 0;
     }
     g->id = rq->id;
+    g->serial = ++c->d->get_serial;
     g->nkeys = g->remaining = rq->nkeys;
     g->prio = rq->priority;
     g->next = c->gets;

@@ -4,7 +4,9 @@
  * Owns: a selection's objects (fetcher's fetch_select; "top N" from the
  * cache's heat table), leaving out the BF16 matrices a cached spine pack
  * replaces, their priority (small files and spine first, then experts
- * hottest first), the cache's plan (cache_plan_make), the decision —
+ * hottest first), the objects the Hugging Face cache holds (read in
+ * place: counted apart, never fetched, so never planned against the
+ * budget), the cache's plan (cache_plan_make), the decision —
  * start, trim to what fits (--fit) or refuse, saying what to do — and the
  * plan as JSON ("shoal.warm.plan", docs/stats-json.md).  Never "fetch
  * everything and keep what fits": a job whose selection does not fit
@@ -12,7 +14,8 @@
  *
  * Cost at K3 size (82,432 experts) on the loop: ranking 3.6 ms (radix
  * sort, cache/heat.c), one in-memory lookup per object, fetch_select's
- * sort, and an eviction ranking only when something must be evicted.
+ * sort, one HF cache look-up per file (~100), and an eviction ranking
+ * only when something must be evicted.
  */
 #include "daemon/daemon_int.h"
 #include "common/json.h"
@@ -168,14 +171,16 @@ out:
     return rc;
 }
 
-/* Drop the items the plan could not fit (fate by priority position). */
-static void trim(warm_sel *s, const size_t *order, const uint8_t *fate)
+/* Drop the items the plan could not fit (fate[i]: of item order[i], for
+ * the n planned; the others, read in place, stay). */
+static void trim(warm_sel *s, const size_t *order, const uint8_t *fate, size_t n)
 {
-    uint8_t *keep = calloc(s->n ? s->n : 1, 1);
+    uint8_t *keep = malloc(s->n ? s->n : 1);
     size_t w = 0;
     if (!keep)
         return;   /* then the job fetches what fits and the cache evicts: logged */
-    for (size_t i = 0; i < s->n; i++)
+    memset(keep, 1, s->n);
+    for (size_t i = 0; i < n; i++)
         keep[order[i]] = fate[i] != CACHE_PLAN_OVER;
     for (size_t i = 0; i < s->n; i++)
         if (keep[i])
@@ -224,6 +229,38 @@ static void decide(const model *m, int fit, warm_sel *s)
              shoal_size_format(p->kept, f, sizeof f), held);
 }
 
+/* Move the items whose file the HF cache holds (verified, read in place)
+ * to the front, each group in file order; count them.  0 or ENOMEM. */
+static int peer_first(const model *m, warm_sel *s, shoal_err *err)
+{
+    uint8_t *fpeer = calloc(m->man->nfiles ? m->man->nfiles : 1, 1);
+    objref *tmp = malloc((s->n ? s->n : 1) * sizeof *tmp);
+    size_t k = 0;
+
+    if (!fpeer || !tmp) {
+        free(fpeer);
+        free(tmp);
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    }
+    for (size_t f = 0; f < m->man->nfiles; f++) {
+        objref o = { .file = (uint32_t)f };
+        fpeer[f] = (uint8_t)peer_has(m, &o);
+    }
+    for (int pass = 1; pass >= 0; pass--)
+        for (size_t i = 0; i < s->n; i++)
+            if (fpeer[s->items[i].file] == pass)
+                tmp[k++] = s->items[i];
+    for (size_t i = 0; i < s->n; i++)
+        if (fpeer[s->items[i].file]) {
+            s->peer_objects++;
+            s->peer_bytes += s->items[i].key.length;
+        }
+    memcpy(s->items, tmp, s->n * sizeof *tmp);
+    free(tmp);
+    free(fpeer);
+    return 0;
+}
+
 int plan_select(shoald *d, model *m, int selection, uint32_t a, uint32_t b, const int32_t *pairs,
                 size_t npairs, int fit, int touch, uint64_t held_back, warm_sel *s,
                 shoal_err *err)
@@ -232,10 +269,12 @@ int plan_select(shoald *d, model *m, int selection, uint32_t a, uint32_t b, cons
     cache_kind *kinds = NULL;
     size_t *order = NULL;
     uint8_t *fate = NULL;
+    size_t np = 0;
     int rc;
 
     memset(s, 0, sizeof *s);
-    if ((rc = select_items(d, m, selection, a, b, pairs, npairs, s, err)) != 0)
+    if ((rc = select_items(d, m, selection, a, b, pairs, npairs, s, err)) != 0
+        || (rc = peer_first(m, s, err)) != 0)
         goto fail;
     keys = malloc((s->n ? s->n : 1) * sizeof *keys);
     kinds = malloc((s->n ? s->n : 1) * sizeof *kinds);
@@ -247,19 +286,25 @@ int plan_select(shoald *d, model *m, int selection, uint32_t a, uint32_t b, cons
     }
     if ((rc = rank_items(d, m, s, order, err)) != 0)
         goto fail;
+    /* the plan: in priority order, without what is read in place (the
+     * first peer_objects items) */
     for (size_t i = 0; i < s->n; i++) {
-        keys[i] = s->items[order[i]].key;
-        kinds[i] = s->items[order[i]].kind;
+        if (order[i] < s->peer_objects)
+            continue;
+        order[np] = order[i];
+        keys[np] = s->items[order[i]].key;
+        kinds[np] = s->items[order[i]].kind;
+        np++;
     }
-    if ((rc = cache_plan_make(d->cache, keys, kinds, s->n, held_back, touch, &s->plan, fate,
+    if ((rc = cache_plan_make(d->cache, keys, kinds, np, held_back, touch, &s->plan, fate,
                               err)) != 0)
         goto fail;
-    for (size_t i = 0; i < s->n; i++)
+    for (size_t i = 0; i < np; i++)
         if (fate[i] != CACHE_PLAN_CACHED && kinds[i] != CACHE_KIND_EXPERT)
             s->pinned_need += keys[i].length;
     decide(m, fit, s);
     if (!s->refused && s->plan.over_objects)
-        trim(s, order, fate);
+        trim(s, order, fate, np);
     free(keys);
     free(kinds);
     free(order);
@@ -309,7 +354,9 @@ void *plan_json(const warm_sel *s, const model *m, int selection, uint32_t a, ui
     }
     shoal_json_set_take(sel, "fit", shoal_json_new_bool(fit));
     shoal_json_set_take(o, "selection", sel);
-    shoal_json_set_take(o, "selected", pair_json(p->objects, p->bytes));
+    shoal_json_set_take(o, "selected", pair_json(p->objects + s->peer_objects,
+                                                 p->bytes + s->peer_bytes));
+    shoal_json_set_take(o, "hfcache", pair_json(s->peer_objects, s->peer_bytes));
     shoal_json_set_take(o, "cached", pair_json(p->cached_objects, p->cached_bytes));
     shoal_json_set_take(o, "fetch", pair_json(p->fetch_objects, p->fetch_bytes));
     shoal_json_set_take(o, "not_fitting", pair_json(p->over_objects, p->over_bytes));

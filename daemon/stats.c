@@ -160,6 +160,11 @@ static shoal_json *integrity_json(shoald *d)
     shoal_json_set_int(o, "damaged_reported", (int64_t)n.damaged);
     shoal_json_set_int(o, "files_queued", (int64_t)n.queued);
     shoal_json_set_bool(o, "checking", n.running != 0);
+    {   /* HF cache objects served: each from a blob verified against its etag (peer.c) */
+        peer_counts pc;
+        peer_get(d, &pc);
+        shoal_json_set_int(o, "peer_verified_bytes", (int64_t)pc.bytes);
+    }
     return o;
 }
 
@@ -174,6 +179,7 @@ static void daemon_extra(shoald *d, shoal_json *o)
     shoal_json_set_take(o, "settings", settings_json(&d->cfg));
     shoal_json_set_take(o, "upstream", upstream_json(d));
     shoal_json_set_take(o, "integrity", integrity_json(d));
+    shoal_json_set_take(o, "hfcache", peer_json(d));
     if (jobs) {
         warm_stats_json(d->warm, jobs);
         shoal_json_set_take(o, "jobs", jobs);

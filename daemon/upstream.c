@@ -482,11 +482,19 @@ int upstream_headroom(const shoald *d)
     return h < 1 ? 1 : h;
 }
 
-int upstream_peer_blob(const model *m, uint32_t file, char *out, size_t cap)
+int upstream_peer_blob(const model *m, uint32_t file, char *out, size_t cap,
+                       struct fetch_peer_stat *st)
 {
     if (!m->up || !m->up->u || file >= m->man->nfiles)
         return -1;
-    return fetch_upstream_peer_blob(m->up->u, m->man->files[file].path, out, cap);
+    return fetch_upstream_peer_blob(m->up->u, m->man->files[file].path, out, cap, st);
+}
+
+int upstream_peer_drop(model *m, uint32_t file)
+{
+    if (!m->up || !m->up->u || file >= m->man->nfiles)
+        return -1;
+    return fetch_upstream_peer_drop(m->up->u, m->man->files[file].path);
 }
 
 int upstream_state(const model *m)

@@ -498,6 +498,7 @@ void work_shutdown(shoald *d)
     while (W->pend)
         pending_end(d, W->pend);
     integrity_shutdown(d);   /* after the last check job's done() */
+    peer_shutdown(d);        /* after the last hash job's done() */
     if (W->ev_done)
         event_free(W->ev_done);
     if (W->ev_steps)

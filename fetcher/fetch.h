@@ -142,11 +142,23 @@ int fetch_upstream_offline(const fetch_upstream *u);
 /* The Hugging Face cache as a peer (docs/fetcher.md, "The Hugging Face
  * cache").  scan: check every file of m against the HF cache's blobs
  * (hashing a blob not verified before; may take long: run it where a
- * manifest build runs); returns how many files are served from it.  blob:
- * 0 and the path of the verified blob holding path's bytes, read in place;
- * -1 when the file is not in the HF cache (or not verified). */
+ * manifest build runs), then prune the memo; returns how many files are
+ * served from it.  blob: 0 and the path of the verified blob holding
+ * path's bytes, read in place, and (st, may be NULL) the blob's stat when
+ * it was verified — its bytes are the verified ones only while its stat
+ * is still that; -1 when the file is not in the HF cache (or not
+ * verified, or dropped).  drop: the blob changed since it was verified;
+ * path is no longer read from it (blob says -1, reads go to the Hub): 0,
+ * or -1 when it was not in use. */
+typedef struct fetch_peer_stat {
+    uint64_t size, ino;
+    int64_t  mtime_ns;
+    int64_t  ctime_s;            /* a write with the mtime set back still moves it */
+} fetch_peer_stat;
 int fetch_upstream_peer_scan(fetch_upstream *u, const manifest *m);
-int fetch_upstream_peer_blob(const fetch_upstream *u, const char *path, char *out, size_t cap);
+int fetch_upstream_peer_blob(const fetch_upstream *u, const char *path, char *out, size_t cap,
+                             fetch_peer_stat *st);
+int fetch_upstream_peer_drop(fetch_upstream *u, const char *path);
 
 /* Counters of what the upstream did (both the blocking metadata calls
  * and the sessions' transfers). */

@@ -22,6 +22,7 @@ typedef struct up_file {
     int      unrecorded;        /* resolved while records were deferred */
     int      peer;              /* HF cache blob: 0 unknown, 1 verified, -1 no */
     char    *peer_blob;         /* its path when verified */
+    fetch_peer_stat peer_st;    /* the blob's stat when it was verified */
 } up_file;
 
 struct fetch_upstream {
@@ -98,7 +99,11 @@ int up_hash_matches(const char *full, const char *hex, size_t hl, uint64_t size)
  * (0, or a code).  check: 1 when f's blob (by f->hf.etag) is verified
  * (hashed now or remembered), else 0; caches the answer in f.  resolve:
  * f's etag and size from the snapshot symlink at u->commit, verified; 0 or
- * -1.  read: pread from the verified blob. */
+ * -1.  read: pread from the verified blob.  A verified blob's stat (size,
+ * mtime, inode) is kept in f->peer_st: the daemon serves it only while its
+ * stat is still that (fetch_upstream_peer_drop otherwise).  The memo is
+ * pruned (blobs gone or changed, repeats, past its bound) at the end of
+ * fetch_upstream_peer_scan. */
 void up_peer_find(fetch_upstream *u);
 int  up_peer_commit(fetch_upstream *u, shoal_err *err);
 int  up_peer_check(fetch_upstream *u, up_file *f);

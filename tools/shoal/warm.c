@@ -204,6 +204,8 @@ static int plan_print(const shoal_json *p, const char *what)
                "not cached fails until it is back\n", jstr(p, "commit", "?"));
     plan_line("selected", p, "selected", "");
     plan_line("already cached", p, "cached", "  (kept)");
+    if (jint(p, "hfcache.objects", 0))   /* verified HF cache blobs: nothing to fetch or hold */
+        plan_line("in the Hugging Face cache", p, "hfcache", "  (read in place, not fetched)");
     plan_line("to fetch", p, "fetch", "");
     plan_line("would not fit", p, "not_fitting", strcmp(action, "trim") == 0 ? "  (left out)" : "");
     if (jint(p, "left_out.objects", 0))

@@ -3,8 +3,9 @@
  * Speaks to the daemon only through common/client.h, as an engine does:
  * opens a model, GETs keys (experts "L:E", tensors "t:NAME", files
  * "f:PATH", or N random experts), maps each descriptor, touches every
- * page, optionally compares the bytes with the model directory (--check,
- * using the manifest the daemon handed over), and prints one line per item
+ * page, optionally compares the bytes with the model directory and the
+ * item's XXH3-128 with the bytes (--check, using the manifest the daemon
+ * handed over), and prints one line per item
  * and a summary of hits, misses and joins.  Also WARM (with --wait), JOB,
  * STATS, VERIFY, GC, REPORT, PIN, OPEN alone (timed), PUT (either form) and
  * `ping`: STATS every few milliseconds on its own connection, with the
@@ -46,7 +47,8 @@ static const shoal_cli_opt OPTS[] = {
     { "timeout", 0, "MS", OPT_TIMEOUT, "give up on an answer after MS ms" },
     { "prefetch", 0, NULL, OPT_PREFETCH, "get/random: priority prefetch (default demand)" },
     { "batch", 0, "N", OPT_BATCH, "get/random: keys per GET (default 1024)" },
-    { "check", 0, "DIR", OPT_CHECK, "get/random: compare every item with the model directory" },
+    { "check", 0, "DIR", OPT_CHECK, "get/random: compare every item with the model directory\n"
+                                       "(bytes, and its XXH3-128 with them)" },
     { "quiet", 'q', NULL, OPT_QUIET, "get/random: no line per item, only the summary" },
     { "disconnect-after", 0, "K", OPT_DISCONNECT, "get/random: close the connection after K items" },
     { "cancel", 0, NULL, OPT_CANCEL, "get/random: send CANCEL right after each GET" },
@@ -215,6 +217,11 @@ static void item_use(run *r, const shoal_item *it, const shoal_key *k)
              shoal_path_join(path, sizeof path, r->check_dir, file) == 0 &&
              (want = malloc(len ? len : 1)) != NULL && (fd = open(path, O_RDONLY)) >= 0 &&
              shoal_pread_all(fd, want, len, (off_t)off) == 0 && memcmp(want, p, len) == 0;
+        if (ok) {   /* and the checksum the daemon sent is the bytes' (engines check it) */
+            XXH128_canonical_t can;
+            XXH128_canonicalFromHash(&can, XXH3_128bits(p, (size_t)len));
+            ok = memcmp(can.digest, it->xxh128, 16) == 0;
+        }
         if (fd >= 0)
             close(fd);
         free(want);
