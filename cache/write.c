@@ -66,9 +66,12 @@ struct cache_writer {
     int      state;
     int      has_partial_row;
     int      allocated;         /* fallocate done (or not needed) */
-    int      synced;            /* adopt fsynced the whole file: commit skips it */
+    int      synced;            /* adopt / sync fsynced the whole file: commit skips it */
+    int      defer_ckpt;        /* checkpoints are the owner's (cache_writer_defer_checkpoints) */
+    int      ckpt_due;          /* deferred: one is due (cache_writer_checkpoint_due) */
     uint64_t pos;               /* the contiguous prefix written (and hashed) */
     uint64_t since_checkpoint;
+    uint64_t durable;           /* what the partial row says is on disk */
     struct extent { uint64_t lo, hi; } *ext;   /* written ahead of pos, sorted */
     size_t   n_ext, cap_ext;
     XXH3_state_t *xs;
@@ -135,24 +138,19 @@ static int errno_fail(cache_writer *w, const char *what, shoal_err *err)
                          "]: %s %s: %s", w->etag, w->off, w->len, what, w->tmp_path, strerror(e));
 }
 
-/* Record the partial row with durable = pos (after an fsync). */
-static int writer_checkpoint(cache_writer *w, shoal_err *err)
+/* Record the partial row with this durable length (its bytes are on disk). */
+static int writer_record(cache_writer *w, uint64_t durable, shoal_err *err)
 {
     cache *c = w->c;
     sqlite3_stmt *s = c->st[ST_PART_PUT];
     int rc;
 
-    /* Invariant 8: durable never passes what was written, and is only
-     * recorded after the bytes are on disk. */
-    assert(w->pos <= w->len);
-    if (!c->cfg.no_fsync && cache_io_now.fdatasync(w->fd) != 0)
-        return errno_fail(w, "fdatasync", err);
     sqlite3_bind_int64(s, 1, (int64_t)w->id);
     sqlite3_bind_text(s, 2, w->etag, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 3, (int64_t)w->off);
     sqlite3_bind_int64(s, 4, (int64_t)w->len);
     sqlite3_bind_int(s, 5, (int)w->kind);
-    sqlite3_bind_int64(s, 6, (int64_t)w->pos);
+    sqlite3_bind_int64(s, 6, (int64_t)durable);
     sqlite3_bind_int64(s, 7, shoal_wall_ms());
     rc = sqlite3_step(s);
     sqlite3_reset(s);
@@ -161,7 +159,70 @@ static int writer_checkpoint(cache_writer *w, shoal_err *err)
         return cache_db_fail(c, rc, "record partial write", err);
     }
     w->has_partial_row = 1;
+    w->durable = durable;
+    return 0;
+}
+
+/* Record the partial row with durable = pos (after an fsync). */
+static int writer_checkpoint(cache_writer *w, shoal_err *err)
+{
+    /* Invariant 8: durable never passes what was written, and is only
+     * recorded after the bytes are on disk. */
+    assert(w->pos <= w->len);
+    if (!w->c->cfg.no_fsync && cache_io_now.fdatasync(w->fd) != 0)
+        return errno_fail(w, "fdatasync", err);
     w->since_checkpoint = 0;
+    w->ckpt_due = 0;
+    return writer_record(w, w->pos, err);
+}
+
+void cache_writer_defer_checkpoints(cache_writer *w)
+{
+    w->defer_ckpt = 1;
+}
+
+int cache_writer_checkpoint_due(cache_writer *w, uint64_t *durable, uint64_t *writer_id)
+{
+    if (!w->ckpt_due || w->state != W_WRITING)
+        return 0;
+    w->ckpt_due = 0;
+    *durable = w->pos;
+    *writer_id = w->id;
+    return 1;
+}
+
+int cache_checkpoint_record(cache *c, uint64_t writer_id, uint64_t durable, shoal_err *err)
+{
+    for (cache_writer *w = c->writers; w; w = w->next)
+        if (w->id == writer_id) {
+            /* a later one may have come back first; the writer may have
+             * failed, or be past this length only through a pause */
+            if (w->state != W_WRITING || durable > w->pos ||
+                (w->has_partial_row && durable <= w->durable))
+                return 0;
+            return writer_record(w, durable, err);
+        }
+    return 0;   /* committed, paused or aborted meanwhile: nothing to record */
+}
+
+int cache_sync_fd(const cache *c, int fd, shoal_err *err)
+{
+    if (!c->cfg.no_fsync && cache_io_now.fdatasync(fd) != 0)
+        return shoal_err_set(err, shoal_err_from_errno(errno), "fdatasync: %s", strerror(errno));
+    return 0;
+}
+
+int cache_writer_sync(cache_writer *w, shoal_err *err)
+{
+    if (w->state != W_WRITING || w->pos != w->len)
+        return shoal_err_set(err, SHOAL_EIO, "cache write %s: not complete, cannot sync",
+                             w->etag);
+    if (!w->c->cfg.no_fsync && cache_io_now.fsync(w->fd) != 0) {
+        int e = errno;
+        return shoal_err_set(err, shoal_err_from_errno(e), "cache write %s: fsync %s: %s",
+                             w->etag, w->tmp_path, strerror(e));
+    }
+    w->synced = 1;
     return 0;
 }
 
@@ -174,6 +235,7 @@ static int writer_resume(cache_writer *w, uint64_t id, uint64_t durable, shoal_e
 
     w->id = id;
     w->has_partial_row = 1;
+    w->durable = durable;
     if (cache_tmp_path(w->c, id, w->tmp_path, sizeof w->tmp_path))
         return shoal_err_set(err, SHOAL_ETOOBIG, "cache tmp path too long");
     w->fd = cache_io_now.open(w->tmp_path, O_RDWR | O_CLOEXEC, 0);
@@ -477,8 +539,12 @@ int cache_write_at(cache_writer *w, uint64_t at, const void *p, size_t n, shoal_
     if (w->n_ext > 0 && w->ext[0].lo == w->pos && (rc = prefix_absorb(w, err)) != 0)
         return rc;
     if (w->since_checkpoint >= w->c->cfg.checkpoint_bytes && w->c->cfg.checkpoint_bytes &&
-        w->pos < w->len)
-        return writer_checkpoint(w, err);
+        w->pos < w->len) {
+        if (!w->defer_ckpt)
+            return writer_checkpoint(w, err);
+        w->since_checkpoint = 0;   /* the owner syncs and records it */
+        w->ckpt_due = 1;
+    }
     return 0;
 }
 

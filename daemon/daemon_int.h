@@ -217,6 +217,9 @@ struct work {
 int  work_init(shoald *d, shoal_err *err);
 /* Queue w: run() on a worker, then done() on the loop.  Cannot fail. */
 void work_post(shoald *d, work *w);
+/* The same on the quick lane: one thread of its own, for short waits on
+ * the disk (an fsync) that must not queue behind long jobs. */
+void work_post_quick(shoald *d, work *w);
 /* Call w->done() again on a later loop turn, after the loop polled its
  * sockets: work done on the loop in bounded slices. */
 void work_step(shoald *d, work *w);

@@ -350,6 +350,13 @@ static int daemon_open(shoald *d, shoal_err *err)
     cc.budget_fits_disk = 1;
     cc.no_fsync = d->cfg.no_fsync;
     cc.manual_wal_checkpoint = 1;   /* a worker syncs index.db (work.c), never the loop */
+    {
+        /* tests: checkpoints on a small model (docs/daemon.md, "What never waits") */
+        const char *ck = getenv("SHOAL_CHECKPOINT_BYTES");
+        uint64_t v;
+        if (ck && *ck && shoal_size_parse(ck, &v) == 0 && v >= 4096)
+            cc.checkpoint_bytes = v;
+    }
     rc = cache_open(d->cfg.home, &cc, &d->cache, &rep, err);
     if (rc == SHOAL_ELOCKED && strstr(err->msg, "in use by process"))
         return shoal_err_wrap(err, rc, "another shoald is running on %s", d->cfg.home);

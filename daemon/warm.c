@@ -94,12 +94,67 @@ static shoal_json *job_plan_json(const warm_job *j)
 
 /* ---- persistence ------------------------------------------------------------- */
 
+/* A job file written (tmp, fsync, rename, fsync of jobs/: each sync can
+ * wait behind another writer's GBs) or removed off the loop, on the quick
+ * lane: one thread, first in first out, so the file ends as asked last.
+ * Before the workers start and once they are gone, here. */
+typedef struct file_job {
+    work wk;                       /* first: work.c casts */
+    char path[SHOAL_PATH_MAX];
+    shoal_buf data;
+    int  remove;
+} file_job;
+
+static void file_run(work *w)
+{
+    file_job *f = (file_job *)w;
+    shoal_err err = { 0 };
+    if (f->remove) {
+        if (unlink(f->path) != 0 && errno != ENOENT)
+            LOG_WARN("warm", "removing %s: %s", f->path, strerror(errno));
+    } else if (shoal_write_file_atomic(f->path, f->data.data, f->data.len, &err) != 0) {
+        LOG_WARN("warm", "saving %s: %s", f->path, err.msg);
+    }
+}
+
+static void file_done(work *w)
+{
+    file_job *f = (file_job *)w;
+    shoal_buf_free(&f->data);
+    free(f);
+}
+
+/* Write `data` (taken; NULL: remove the file) to jobs/<name>. */
+static void file_post(struct warm *W, const char *name, shoal_buf *data)
+{
+    file_job *f = calloc(1, sizeof *f);
+    if (!f || shoal_path_join(f->path, sizeof f->path, W->dir, name) != 0) {
+        LOG_WARN("warm", "%s: %s", name, f ? "path too long" : "out of memory");
+        free(f);
+        if (data)
+            shoal_buf_free(data);
+        return;
+    }
+    f->remove = data == NULL;
+    if (data)
+        f->data = *data;
+    else
+        shoal_buf_init(&f->data, 0);
+    f->wk.run = file_run;
+    f->wk.done = file_done;
+    if (!W->d->workers || W->d->stopping) {
+        file_run(&f->wk);
+        file_done(&f->wk);
+        return;
+    }
+    work_post_quick(W->d, &f->wk);
+}
+
 static void job_save(struct warm *W, warm_job *j)
 {
-    char path[SHOAL_PATH_MAX], name[64];
+    char name[64];
     shoal_json *o = shoal_json_object(), *pairs = shoal_json_array();
     shoal_buf out;
-    shoal_err err = { 0 };
 
     if (!o || !pairs)
         goto done;
@@ -126,10 +181,10 @@ static void job_save(struct warm *W, warm_job *j)
     pairs = NULL;
     shoal_buf_init(&out, 0);
     snprintf(name, sizeof name, "%llu.json", (unsigned long long)j->id);
-    if (shoal_json_dump(o, 0, &out) == 0 && shoal_path_join(path, sizeof path, W->dir, name) == 0 &&
-        shoal_write_file_atomic(path, out.data, out.len, &err) != 0)
-        LOG_WARN("warm", "saving job %llu: %s", (unsigned long long)j->id, err.msg);
-    shoal_buf_free(&out);
+    if (shoal_json_dump(o, 0, &out) == 0)
+        file_post(W, name, &out);   /* takes out */
+    else
+        shoal_buf_free(&out);
 done:
     shoal_json_free(pairs);
     shoal_json_free(o);
@@ -357,7 +412,7 @@ static warm_job *job_alloc(struct warm *W, uint64_t id, const char *spec)
         /* Forget the oldest finished job (the smallest id: the files load in
          * any order), its file too, so jobs/ holds what is remembered. */
         warm_job **pp, **old = NULL;
-        char name[32], path[SHOAL_PATH_MAX];
+        char name[32];
         for (pp = &W->jobs; *pp; pp = &(*pp)->next)
             if ((*pp)->state >= JOB_DONE && (!old || (*pp)->id < (*old)->id))
                 old = pp;
@@ -367,9 +422,7 @@ static warm_job *job_alloc(struct warm *W, uint64_t id, const char *spec)
         *old = j->next;
         W->njobs--;
         snprintf(name, sizeof name, "%llu.json", (unsigned long long)j->id);
-        if (shoal_path_join(path, sizeof path, W->dir, name) == 0 && unlink(path) != 0 &&
-            errno != ENOENT)
-            LOG_WARN("warm", "removing %s: %s", path, strerror(errno));
+        file_post(W, name, NULL);   /* after its queued saves */
         job_free(W, j);
     }
     j = calloc(1, sizeof *j);
@@ -475,7 +528,7 @@ int warm_start(struct warm *W, model *m, int selection, int flags, uint32_t a, u
              (unsigned long long)j->plan.fetch_bytes, (unsigned long long)j->plan.over_objects,
              (unsigned long long)j->plan.evict_bytes);
     j->state = JOB_RUNNING;
-    job_save(W, j);
+    job_save(W, j);   /* on the quick lane too: a crash within its ms loses the new job */
     job_pump(W, j);
     return 0;
 }

@@ -52,11 +52,16 @@ struct workers {
     pthread_mutex_t mu;
     pthread_cond_t  cv;
     work           *q_head, *q_tail;    /* posted, not started */
+    /* the quick lane: one thread of its own for short I/O (a committing
+     * transfer's fsync) that must not queue behind a K3 open or a shard's
+     * hash on the others (work_post_quick) */
+    work           *qq_head, *qq_tail;
+    pthread_cond_t  qcv;
     work           *done_head, *done_tail;
     work           *steps_head, *steps_tail;   /* loop steps for the next turn */
     unsigned        running;            /* jobs inside run() */
     int             quit;
-    pthread_t       th[DAEMON_WORKERS];
+    pthread_t       th[DAEMON_WORKERS + 1];   /* the last: the quick lane's */
     unsigned        nth;
     struct event   *ev_done, *ev_steps, *ev_tick;
     pending        *pend;               /* every pending request */
@@ -103,19 +108,17 @@ static work *list_pop(work **head, work **tail)
  * milliseconds on a 2-core machine.  Linux's nice value is per thread. */
 #define WORK_NICE 5
 
-static void *worker_main(void *arg)
+/* A thread serving one lane's queue until quit and the queue drained. */
+static void serve_lane(struct workers *W, work **head, work **tail, pthread_cond_t *cv)
 {
-    struct workers *W = arg;
-    if (shoal_thread_nice(WORK_NICE) != 0)
-        LOG_DEBUG("work", "cannot lower a worker's priority: %s", strerror(errno));
     pthread_mutex_lock(&W->mu);
     for (;;) {
         work *w;
-        while (!W->q_head && !W->quit)
-            pthread_cond_wait(&W->cv, &W->mu);
-        if (!W->q_head)
+        while (!*head && !W->quit)
+            pthread_cond_wait(cv, &W->mu);
+        if (!*head)
             break;   /* quit, and the queue drained */
-        w = list_pop(&W->q_head, &W->q_tail);
+        w = list_pop(head, tail);
         W->running++;
         pthread_mutex_unlock(&W->mu);
         if (w->run)
@@ -127,6 +130,22 @@ static void *worker_main(void *arg)
             event_active(W->ev_done, EV_READ, 0);
     }
     pthread_mutex_unlock(&W->mu);
+}
+
+static void *worker_main(void *arg)
+{
+    struct workers *W = arg;
+    if (shoal_thread_nice(WORK_NICE) != 0)
+        LOG_DEBUG("work", "cannot lower a worker's priority: %s", strerror(errno));
+    serve_lane(W, &W->q_head, &W->q_tail, &W->cv);
+    return NULL;
+}
+
+/* The quick lane's jobs wait on the disk, not the CPU: normal priority. */
+static void *quick_main(void *arg)
+{
+    struct workers *W = arg;
+    serve_lane(W, &W->qq_head, &W->qq_tail, &W->qcv);
     return NULL;
 }
 
@@ -203,7 +222,7 @@ static void live_add(shoald *d, work *w)
     d->work_live = w;
 }
 
-void work_post(shoald *d, work *w)
+static void post_lane(shoald *d, work *w, int quick)
 {
     struct workers *W = d->workers;
     w->d = d;
@@ -220,9 +239,24 @@ void work_post(shoald *d, work *w)
         pthread_mutex_unlock(&W->mu);
         return;
     }
-    list_push(&W->q_head, &W->q_tail, w);
-    pthread_cond_signal(&W->cv);
+    if (quick) {
+        list_push(&W->qq_head, &W->qq_tail, w);
+        pthread_cond_signal(&W->qcv);
+    } else {
+        list_push(&W->q_head, &W->q_tail, w);
+        pthread_cond_signal(&W->cv);
+    }
     pthread_mutex_unlock(&W->mu);
+}
+
+void work_post(shoald *d, work *w)
+{
+    post_lane(d, w, 0);
+}
+
+void work_post_quick(shoald *d, work *w)
+{
+    post_lane(d, w, 1);
 }
 
 void work_step(shoald *d, work *w)
@@ -245,6 +279,8 @@ unsigned work_busy(const shoald *d)
     pthread_mutex_lock((pthread_mutex_t *)&W->mu);
     n = W->running;
     for (work *w = W->q_head; w; w = w->next)
+        n++;
+    for (work *w = W->qq_head; w; w = w->next)
         n++;
     pthread_mutex_unlock((pthread_mutex_t *)&W->mu);
     return n;
@@ -449,6 +485,7 @@ int work_init(shoald *d, shoal_err *err)
     d->workers = W;
     pthread_mutex_init(&W->mu, NULL);
     pthread_cond_init(&W->cv, NULL);
+    pthread_cond_init(&W->qcv, NULL);
     W->ev_done = event_new(d->base, -1, EV_PERSIST, on_done, W);
     W->ev_steps = event_new(d->base, -1, 0, on_steps, W);
     W->ev_tick = event_new(d->base, -1, EV_PERSIST, on_tick, W);
@@ -459,6 +496,13 @@ int work_init(shoald *d, shoal_err *err)
         if (e)
             return shoal_err_set(err, SHOAL_EINTERNAL, "cannot start a worker thread: %s",
                                  strerror(e));
+    }
+    {
+        int e = pthread_create(&W->th[W->nth], NULL, quick_main, W);
+        if (e)
+            return shoal_err_set(err, SHOAL_EINTERNAL, "cannot start the quick lane's thread: "
+                                 "%s", strerror(e));
+        W->nth++;
     }
     cache_set_unlinker(d->cache, unlink_later, d);
     return integrity_init(d, err);
@@ -485,6 +529,7 @@ void work_shutdown(shoald *d)
     pthread_mutex_lock(&W->mu);
     W->quit = 1;
     pthread_cond_broadcast(&W->cv);
+    pthread_cond_broadcast(&W->qcv);
     pthread_mutex_unlock(&W->mu);
     for (unsigned i = 0; i < W->nth; i++)
         pthread_join(W->th[i], NULL);
@@ -506,6 +551,7 @@ void work_shutdown(shoald *d)
     if (W->ev_tick)
         event_free(W->ev_tick);
     pthread_cond_destroy(&W->cv);
+    pthread_cond_destroy(&W->qcv);
     pthread_mutex_destroy(&W->mu);
     free(W);
     d->workers = NULL;

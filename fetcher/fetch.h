@@ -285,6 +285,18 @@ typedef struct fetch_loop_ops {
     /* Fire once after ms milliseconds (replacing an earlier timer);
      * ms < 0 cancels it. */
     void (*timer)(void *loop, long ms);
+    /* Optional (NULL: the session syncs on the loop's thread).  A loop with
+     * other threads takes the fsyncs off its own (cache/cache.h, "syncing
+     * off the owner's thread"):
+     * commit: every byte of it's object is in w: the loop owns w from now
+     * on — makes it durable elsewhere (cache_writer_sync), commits it, and
+     * reports the item's end itself (the session does not call its done
+     * function for it).
+     * checkpoint: the first `durable` bytes of writer `writer_id` (w, still
+     * the session's) are to be made durable: sync a descriptor of its
+     * file elsewhere, then cache_checkpoint_record. */
+    void (*commit)(void *loop, cache_writer *w, const fetch_item *it);
+    void (*checkpoint)(void *loop, cache_writer *w, uint64_t writer_id, uint64_t durable);
 } fetch_loop_ops;
 
 /* Progress for a CLI's bars: called at most every interval while work is

@@ -60,7 +60,7 @@ static void poll_timer(void *loop, long ms)
     p->timer_at_ns = ms >= 0 ? shoal_now_ns() + (uint64_t)ms * 1000000ull : 0;
 }
 
-static const fetch_loop_ops poll_ops = { poll_watch, poll_timer };
+static const fetch_loop_ops poll_ops = { poll_watch, poll_timer, NULL, NULL };  /* syncs inline */
 
 const fetch_loop_ops *fetch_poll_ops(void)
 {

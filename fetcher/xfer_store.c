@@ -37,15 +37,21 @@ void xf_obj_take(fetch_session *s, obj *o, uint64_t n)
         s->nwaiting--;
 }
 
-void xf_obj_finish(fetch_session *s, obj *o, int rc)
+/* o is done; tell the done function unless the loop reports it itself. */
+static void obj_finish(fetch_session *s, obj *o, int rc, int tell)
 {
     if (o->done)
         return;
     xf_obj_take(s, o, o->it.length - o->assigned);   /* nothing of it stays queued */
     o->done = 1;
     s->objects_done++;
-    if (s->dfn)
+    if (tell && s->dfn)
         s->dfn(&o->it, rc, s->dctx);
+}
+
+void xf_obj_finish(fetch_session *s, obj *o, int rc)
+{
+    obj_finish(s, o, rc, 1);
 }
 
 /* Open (or resume) o's writer.  1: already cached (done); 0: writer open;
@@ -68,6 +74,8 @@ static int obj_open(fetch_session *s, obj *o, shoal_err *err)
     names.layer = o->it.layer;
     names.expert = o->it.expert;
     rc = cache_write_begin(s->c, &key, o->it.kind, &names, &o->w, err);
+    if (rc == 0 && s->ops->checkpoint)
+        cache_writer_defer_checkpoints(o->w);
     if (rc == SHOAL_EEXIST) {
         s->bytes_done += o->it.length;
         s->u->st.objects_cached++;
@@ -89,9 +97,26 @@ static int obj_open(fetch_session *s, obj *o, shoal_err *err)
     return rc;
 }
 
+/* A due checkpoint of o's writer goes to the loop (deferred writers only). */
+static void obj_checkpoint(fetch_session *s, obj *o)
+{
+    uint64_t durable, id;
+    if (o->w && s->ops->checkpoint && cache_writer_checkpoint_due(o->w, &durable, &id))
+        s->ops->checkpoint(s->loop, o->w, id, durable);
+}
+
 static int obj_commit(fetch_session *s, obj *o, shoal_err *err)
 {
-    int rc = cache_write_commit(o->w, NULL, err);
+    int rc;
+    if (s->ops->commit) {   /* synced and committed off the loop's thread; it tells */
+        cache_writer *w = o->w;
+        o->w = NULL;
+        s->u->st.objects_fetched++;
+        obj_finish(s, o, 0, 0);
+        s->ops->commit(s->loop, w, &o->it);
+        return 0;
+    }
+    rc = cache_write_commit(o->w, NULL, err);
     o->w = NULL;
     if (rc == 0) {
         s->u->st.objects_fetched++;
@@ -184,6 +209,7 @@ int xf_body_write(xfer *x, const char *p, size_t len)
             g->next += take - skip;
             s->bytes_done += take - skip;
             s->u->st.bytes_fetched += take - skip;
+            obj_checkpoint(s, o);
             if (cache_writer_offset(o->w) == o->it.length) {   /* the last byte landed */
                 rc = obj_commit(s, o, &x->xerr);
                 if (rc) {
@@ -250,6 +276,7 @@ int xf_local_step(fetch_session *s)
             s->bytes_done += n;
             s->u->st.bytes_fetched += n;
             budget -= n < budget ? n : budget;
+            obj_checkpoint(s, o);
         }
         if (cache_writer_offset(o->w) == o->it.length) {
             if ((rc = obj_commit(s, o, &e)) != 0) {

@@ -85,7 +85,7 @@ static void ev_timer(void *loop, long ms)
     }
 }
 
-static const fetch_loop_ops ev_ops = { ev_watch, ev_timer };
+static const fetch_loop_ops ev_ops = { ev_watch, ev_timer, NULL, NULL };
 
 static test_hub g_th;
 #define g_dir (g_th.dir)
