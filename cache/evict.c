@@ -96,7 +96,7 @@ int cache_evict_for(cache *c, uint64_t need, shoal_err *err)
 {
     /* charged in disk blocks (used_disk), not bytes: a budget near the
      * disk's size must not run into ENOSPC through block rounding */
-    uint64_t have = c->used_disk + c->reserved, over, unpinned = 0, target, freed = 0;
+    uint64_t have = c->used_disk + c->reserved_disk, over, unpinned = 0, target, freed = 0;
     uint64_t freed_len = 0;
     size_t ncand = 0, nvict = 0;
     cand *cs = NULL;
@@ -144,7 +144,7 @@ int cache_evict_for(cache *c, uint64_t need, shoal_err *err)
         LOG_DEBUG(CACHE_TAG, "evicted %zu objects, %" PRIu64 " bytes (needed %" PRIu64 ")",
                   nvict, freed_len, over);
         /* Invariant 4 (budget half): what is held plus what is asked fits. */
-        if (c->used_disk + c->reserved + need > c->budget) {
+        if (c->used_disk + c->reserved_disk + need > c->budget) {
             LOG_ERROR(CACHE_TAG, "invariant 4 broken after eviction");
             rc = shoal_err_set(err, SHOAL_EINTERNAL, "cache: eviction freed too little");
         }

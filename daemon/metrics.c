@@ -32,7 +32,7 @@
 
 /* ---- the page ------------------------------------------------------------------------ */
 
-#define PAGE_MAX (256u << 10)   /* the page is ~5 KB; a bound, not a size */
+#define PAGE_MAX (256u << 10)   /* the page is ~9 KB; a bound, not a size */
 
 /* The page being built; the first failure sticks. */
 typedef struct page {
@@ -129,6 +129,77 @@ static void cache_part(shoald *d, page *b)
         u.evicted_bytes);
 }
 
+/* The limits of docs/daemon.md "Limits": what each cap did since start,
+ * and what is held against the caps now. */
+static void limits_part(shoald *d, page *b)
+{
+    const struct daemon_bounds *n = &d->bounds;
+
+    one(b, "shoald_connections_accepted_total", "counter", "Connections accepted since start.",
+        n->accepted);
+    one(b, "shoald_connections_limit", "gauge",
+        "Connections at most (--max-conns, cut to the descriptor limit).", d->lim.conns);
+    family(b, "shoald_connections_refused_total", "counter",
+           "Newcomers refused since start (an ERROR, then closed), by cause.");
+    value(b, "shoald_connections_refused_total", "cause=\"cap\"", n->refused);
+    family(b, "shoald_connections_dropped_total", "counter",
+           "Clients dropped since start (an ERROR naming the limit, then closed), by cause: room "
+           "(made room at the cap), descriptors (--max-conn-fds, --max-fds), bytes "
+           "(--max-buffered), frame_deadline (--frame-timeout).");
+    value(b, "shoald_connections_dropped_total", "cause=\"room\"", n->evicted);
+    value(b, "shoald_connections_dropped_total", "cause=\"descriptors\"", n->dropped_fds);
+    value(b, "shoald_connections_dropped_total", "cause=\"bytes\"", n->dropped_bytes);
+    value(b, "shoald_connections_dropped_total", "cause=\"frame_deadline\"", n->frame_timeouts);
+    one(b, "shoald_frame_deadlines_total", "counter",
+        "Frames (or HELLOs) not complete within --frame-timeout since start.", n->frame_timeouts);
+    one(b, "shoald_accept_pauses_total", "counter",
+        "accept() failures for want of descriptors or memory since start; each paused the "
+        "listener.", n->accept_errors);
+    one(b, "shoald_descriptors_queued", "gauge", "Descriptors queued to clients now.", d->out_fds);
+    one(b, "shoald_descriptors_queued_limit", "gauge", "Descriptors queued to all clients at "
+        "most (--max-fds, cut to the descriptor limit).", d->lim.fds);
+    one(b, "shoald_buffered_bytes", "gauge", "Bytes of frames and replies held for clients now.",
+        d->buffered);
+    one(b, "shoald_buffered_bytes_limit", "gauge", "Bytes held for all clients at most "
+        "(--max-buffered).", d->lim.buffered);
+    one(b, "shoald_log_lines_suppressed_total", "counter",
+        "Repeated log lines held back by the rate limit since start.", shoal_log_suppressed());
+}
+
+/* Bytes verified vs trusted (the cache's memory), and the file checks
+ * since start (integrity.c). */
+static void integrity_part(shoald *d, page *b)
+{
+    integrity_counts n;
+    cache_usage u;
+    shoal_err err = { 0 };
+
+    if (cache_usage_get(d->cache, &u, &err) == 0) {
+        family(b, "shoald_cache_object_bytes", "gauge",
+               "Bytes of upstream objects cached, by how they were checked: verified (their "
+               "whole file matched its upstream hash) or trusted (checked on transfer only).");
+        value(b, "shoald_cache_object_bytes", "check=\"verified\"", u.verified);
+        value(b, "shoald_cache_object_bytes", "check=\"trusted\"", u.trusted);
+    }
+    integrity_get(d, &n);
+    family(b, "shoald_file_checks_total", "counter",
+           "Complete files hashed against their upstream hash since start, by result.");
+    value(b, "shoald_file_checks_total", "result=\"match\"", n.files_ok);
+    value(b, "shoald_file_checks_total", "result=\"mismatch\"", n.files_bad);
+    one(b, "shoald_file_check_bytes_total", "counter", "Bytes those checks hashed.",
+        n.bytes_hashed);
+    one(b, "shoald_file_checks_queued", "gauge", "Complete files waiting for their check.",
+        n.queued);
+    one(b, "shoald_quarantined_bytes_total", "counter",
+        "Bytes of objects removed since start because their file did not match.",
+        n.quarantined_bytes);
+    one(b, "shoald_refetch_jobs_total", "counter",
+        "Warm jobs started since start to fetch quarantined objects again.", n.refetches);
+    one(b, "shoald_damaged_reported_total", "counter",
+        "Objects engines reported damaged (removed, fetched again on their next GET).",
+        n.damaged);
+}
+
 static void process_part(shoald *d, page *b)
 {
     unsigned jobs = work_busy(d);
@@ -152,6 +223,8 @@ int metrics_render(shoald *d, shoal_buf *out)
     requests(d, &b);
     upstream(d, &b);
     cache_part(d, &b);
+    limits_part(d, &b);
+    integrity_part(d, &b);
     process_part(d, &b);
     *out = b.b;
     return b.rc;
