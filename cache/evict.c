@@ -115,9 +115,10 @@ int cache_evict_for(cache *c, uint64_t need, shoal_err *err)
             unpinned += cache_disk_len(c, c->objs[i].len);
     if (unpinned < over)
         return shoal_err_set(err, SHOAL_ENOSPC, "cache budget %" PRIu64 " bytes is full: %" PRIu64
-                             " used, %" PRIu64 " being written, only %" PRIu64 " evictable; "
-                             "%" PRIu64 " more needed (unpin objects or raise the budget)",
-                             c->budget, c->used, c->reserved, unpinned, need);
+                             " used, %" PRIu64 " being written; %" PRIu64 " bytes must be freed "
+                             "for these %" PRIu64 ", only %" PRIu64 " are evictable (unpin objects "
+                             "or raise the budget)",
+                             c->budget, c->used, c->reserved, over, need, unpinned);
     target = over + (c->budget / 100 < EVICT_SLACK_MAX ? c->budget / 100 : EVICT_SLACK_MAX);
     if (target > unpinned)
         target = unpinned;
