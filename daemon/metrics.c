@@ -109,13 +109,9 @@ static void upstream(shoald *d, page *b)
     }
 }
 
-static void cache_part(shoald *d, page *b)
+static void cache_part(const cache_usage *up, page *b)
 {
-    cache_usage u;
-    shoal_err err = { 0 };
-
-    if (cache_usage_get(d->cache, &u, &err) != 0)
-        return;   /* a writer's usage is memory: this does not fail */
+    const cache_usage u = *up;
     one(b, "shoald_cache_used_bytes", "gauge", "Bytes of committed objects in the disk cache.",
         u.used);
     one(b, "shoald_cache_budget_bytes", "gauge", "The disk cache's budget.", u.budget);
@@ -168,19 +164,15 @@ static void limits_part(shoald *d, page *b)
 
 /* Bytes verified vs trusted (the cache's memory), and the file checks
  * since start (integrity.c). */
-static void integrity_part(shoald *d, page *b)
+static void integrity_part(shoald *d, const cache_usage *u, page *b)
 {
     integrity_counts n;
-    cache_usage u;
-    shoal_err err = { 0 };
 
-    if (cache_usage_get(d->cache, &u, &err) == 0) {
-        family(b, "shoald_cache_object_bytes", "gauge",
-               "Bytes of upstream objects cached, by how they were checked: verified (their "
-               "whole file matched its upstream hash) or trusted (checked on transfer only).");
-        value(b, "shoald_cache_object_bytes", "check=\"verified\"", u.verified);
-        value(b, "shoald_cache_object_bytes", "check=\"trusted\"", u.trusted);
-    }
+    family(b, "shoald_cache_object_bytes", "gauge",
+           "Bytes of upstream objects cached, by how they were checked: verified (their "
+           "whole file matched its upstream hash) or trusted (checked on transfer only).");
+    value(b, "shoald_cache_object_bytes", "check=\"verified\"", u->verified);
+    value(b, "shoald_cache_object_bytes", "check=\"trusted\"", u->trusted);
     integrity_get(d, &n);
     family(b, "shoald_file_checks_total", "counter",
            "Complete files hashed against their upstream hash since start, by result.");
@@ -220,11 +212,19 @@ static void process_part(shoald *d, page *b)
 int metrics_render(shoald *d, shoal_buf *out)
 {
     page b = { *out, 0 };
+    cache_usage u;
+    shoal_err err = { 0 };
+    /* one walk of the object table (~85,000 at K3 size: well under 1 ms);
+     * a writer's usage is memory and does not fail */
+    int have = cache_usage_get(d->cache, &u, &err) == 0;
+
     requests(d, &b);
     upstream(d, &b);
-    cache_part(d, &b);
+    if (have)
+        cache_part(&u, &b);
     limits_part(d, &b);
-    integrity_part(d, &b);
+    if (have)
+        integrity_part(d, &u, &b);
     process_part(d, &b);
     *out = b.b;
     return b.rc;
