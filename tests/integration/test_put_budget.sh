@@ -14,7 +14,9 @@
 #     is still within the budget; an aborted PUT leaves tmp/ empty;
 #   - a PUT larger than the budget, and one larger than what eviction could
 #     free (pinned objects stay), are refused at PUT_BEGIN (ENOSPC) with the
-#     numbers, and change nothing.
+#     numbers, and change nothing;
+#   - on a 64 MB tmpfs (when one can be mounted) a 32 MiB PUT's file does
+#     not shrink the budget when it is recomputed from the free space.
 source "$(dirname "$0")/lib.sh"
 for b in shoald shoal mkmodel hubmock; do [ -x "$BIN/$b" ] || skip "$b not built"; done
 PY=/usr/bin/python3
@@ -102,4 +104,45 @@ grep -q 'PUT_BEGIN pack-big' "$LOG" || fail "the refusal is not logged"
 echo "ok   refused at PUT_BEGIN: $(sed 's/^refused -[0-9]* //' "$T/huge.out")"
 echo "ok   refused at PUT_BEGIN: $(sed 's/^refused -[0-9]* //' "$T/big.out")"
 stop_daemon
+
+# ---- a PUT's file filling a small disk does not shrink the budget ---------------------------
+# The budget follows the disk (recomputed every 10 s from free space + what
+# the cache holds): the blocks of a PUT being written are the cache's, and
+# its reservation charges them already.  A 64 MB tmpfs, --max-size 40M, a
+# PUT of 32 MiB written and held open past a recomputation: the budget
+# stays 40 MiB (counted as free space lost it fell to 32 MiB).
+mkdir -p "$T/small"
+if mount -t tmpfs -o size=64m tmpfs "$T/small" 2> /dev/null; then
+    _small_cleanup() {
+        local p
+        for p in "${_pids[@]}"; do kill -KILL "$p" 2> /dev/null; done
+        sleep 0.3
+        umount "$T/small" 2> /dev/null
+        _cleanup
+    }
+    trap _small_cleanup EXIT
+    H=$T/small/h
+    start_daemon --max-size 40M
+    SOCK=$H/shoald.sock
+    b0=$(disk budget)
+    mkfifo "$T/put3.in"
+    $PY "$PUTC" "$SOCK" "$M" pack-c $((32 << 20)) < "$T/put3.in" > "$T/put3.out" 2>&1 &
+    putc=$!
+    exec 7> "$T/put3.in"
+    wait_line "$T/put3.out" '^ready ' 30 || fail "PUT_BEGIN of 32 MiB on the tmpfs: $(cat "$T/put3.out")"
+    sleep 11   # past a recomputation
+    b1=$(disk budget)
+    echo commit >&7
+    wait $putc; exec 7>&-
+    grep -q '^committed$' "$T/put3.out" || fail "the 32 MiB PUT did not commit: $(cat "$T/put3.out")"
+    b2=$(disk budget)
+    stop_daemon
+    umount "$T/small" || fail "umount"
+    trap _cleanup EXIT
+    [ "$b0" = $((40 << 20)) ] && [ "$b1" = "$b0" ] && [ "$b2" = "$b0" ] \
+        || fail "budget $b0 at start, $b1 while a 32 MiB PUT filled the 64 MB disk, $b2 after its commit"
+    echo "ok   a 32 MiB PUT filling a 64 MB tmpfs: the budget stays $b1 bytes through a recomputation"
+else
+    echo "skip the small filesystem: cannot mount a tmpfs here"
+fi
 echo "put budget: ok"
