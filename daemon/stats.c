@@ -5,7 +5,8 @@
  * Owns: parsing the query, the live figures handed to the report (upstream
  * transfers since start, clients, running jobs), and the "daemon" extras:
  * scheduler queues, upstream counters from the fetcher, bytes served since
- * start, warm jobs, live connections with their counts.  The report itself
+ * start, warm jobs, live connections with their counts, the limits (what
+ * each cap holds and did) and the integrity figures since start.  The report itself
  * is built by cache/report.c, so `shoal stats` shows the same figures
  * whether it asks shoald or reads the index.  Does not own counting
  * (cache/, ops.c).
