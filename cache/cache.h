@@ -401,6 +401,10 @@ typedef struct cache_usage {
     uint64_t objects;
     uint64_t evicted;         /* objects evicted since open */
     uint64_t evicted_bytes;
+    /* writer handles only (memory, as the rest): bytes of upstream objects
+     * whose whole file matched its upstream hash, and of those only
+     * checked on transfer (derived objects are in neither) */
+    uint64_t verified, trusted;
 } cache_usage;
 
 int cache_usage_get(cache *c, cache_usage *out, shoal_err *err);

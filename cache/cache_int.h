@@ -68,6 +68,8 @@ typedef struct cobj {
     uint8_t  kind;
     uint8_t  pinned;          /* CACHE_PINNED_*: by cache_pin, by kind, or lifted */
     uint8_t  dirty;           /* on the access-flush list */
+    uint8_t  verified;        /* part of a whole file that matched its upstream
+                                 hash (objects.verified; cache_file_verified) */
     uint8_t  xxh[16];
 } cobj;
 
@@ -123,6 +125,8 @@ struct cache {
     cmap      by_key, by_id;
     uint64_t  next_id;
     uint64_t  budget, used, reserved;
+    uint64_t  reserved_disk;  /* reserved rounded up per writer to blksize: what
+                                 cache_evict_for charges, like used_disk */
     uint64_t  used_disk;      /* sum of objs[].len rounded up to blksize: what the
                                  budget is charged (disk blocks, not bytes) */
     uint64_t  blksize;        /* the filesystem's block (statvfs f_bsize) */
@@ -198,6 +202,11 @@ int cache_objs_delete(cache *c, const uint64_t *ids, size_t n, shoal_err *err);
 /* ---- evict.c ---- */
 /* len as the budget charges it: rounded up to the filesystem's block. */
 uint64_t cache_disk_len(const cache *c, uint64_t len);
+/* Disk blocks the active writers' tmp files hold now (fstat of each; a
+ * PUT_BEGIN's file grows as its client writes).  They are the cache's:
+ * the budget's "room" counts them, so a file being filled does not
+ * shrink the budget while its reservation also charges it. */
+uint64_t cache_writers_disk(const cache *c);
 /* Make room for `need` more bytes (used + reserved + need <= budget),
  * evicting the least valuable unpinned objects.  SHOAL_ENOSPC and nothing
  * changed if it cannot fit. */

@@ -570,7 +570,14 @@ int cache_file_verified(cache *c, const char *etag, const cache_verify_list *obj
         cache_db_rollback(c);
         return rc;
     }
-    return cache_db_commit(c, err);
+    if ((rc = cache_db_commit(c, err)) != 0)
+        return rc;
+    for (size_t i = 0; i < objs->n; i++) {   /* the memory copy (cache_usage_get) */
+        uint32_t at = cache_obj_by_id(c, objs->ids[i]);
+        if (at != CMAP_NONE)
+            c->objs[at].verified = 1;
+    }
+    return 0;
 }
 
 int cache_file_quarantine(cache *c, const char *etag, const char *path, uint64_t size,

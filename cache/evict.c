@@ -96,7 +96,7 @@ int cache_evict_for(cache *c, uint64_t need, shoal_err *err)
 {
     /* charged in disk blocks (used_disk), not bytes: a budget near the
      * disk's size must not run into ENOSPC through block rounding */
-    uint64_t have = c->used_disk + c->reserved, over, unpinned = 0, target, freed = 0;
+    uint64_t have = c->used_disk + c->reserved_disk, over, unpinned = 0, target, freed = 0;
     uint64_t freed_len = 0;
     size_t ncand = 0, nvict = 0;
     cand *cs = NULL;
@@ -115,9 +115,10 @@ int cache_evict_for(cache *c, uint64_t need, shoal_err *err)
             unpinned += cache_disk_len(c, c->objs[i].len);
     if (unpinned < over)
         return shoal_err_set(err, SHOAL_ENOSPC, "cache budget %" PRIu64 " bytes is full: %" PRIu64
-                             " used, %" PRIu64 " being written, only %" PRIu64 " evictable; "
-                             "%" PRIu64 " more needed (unpin objects or raise the budget)",
-                             c->budget, c->used, c->reserved, unpinned, need);
+                             " used, %" PRIu64 " being written; %" PRIu64 " bytes must be freed "
+                             "for these %" PRIu64 ", only %" PRIu64 " are evictable (unpin objects "
+                             "or raise the budget)",
+                             c->budget, c->used, c->reserved, over, need, unpinned);
     target = over + (c->budget / 100 < EVICT_SLACK_MAX ? c->budget / 100 : EVICT_SLACK_MAX);
     if (target > unpinned)
         target = unpinned;
@@ -144,7 +145,7 @@ int cache_evict_for(cache *c, uint64_t need, shoal_err *err)
         LOG_DEBUG(CACHE_TAG, "evicted %zu objects, %" PRIu64 " bytes (needed %" PRIu64 ")",
                   nvict, freed_len, over);
         /* Invariant 4 (budget half): what is held plus what is asked fits. */
-        if (c->used_disk + c->reserved + need > c->budget) {
+        if (c->used_disk + c->reserved_disk + need > c->budget) {
             LOG_ERROR(CACHE_TAG, "invariant 4 broken after eviction");
             rc = shoal_err_set(err, SHOAL_EINTERNAL, "cache: eviction freed too little");
         }

@@ -257,7 +257,9 @@ static int cache_disk_room(const cache *c, uint64_t *room, uint64_t *free_bytes,
     if (statvfs(c->dir, &sv) != 0)
         return shoal_err_set(err, SHOAL_EIO, "statvfs %s: %s", c->dir, strerror(errno));
     *free_bytes = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
-    *room = *free_bytes + c->used_disk;   /* the blocks the cache holds */
+    /* the blocks the cache holds: committed objects and the files being
+     * written (each also charged its whole reservation) */
+    *room = *free_bytes + c->used_disk + cache_writers_disk(c);
     return 0;
 }
 
@@ -419,7 +421,7 @@ static int load_objects(cache *c, shoal_err *err)
 {
     sqlite3_stmt *s = NULL;
     int rc = sqlite3_prepare_v2(c->db, "SELECT id, etag, off, len, kind, layer, expert, xxh,"
-                                " pinned, last_access_ms, hits FROM objects", -1, &s, NULL);
+                                " pinned, last_access_ms, hits, verified FROM objects", -1, &s, NULL);
     if (rc != SQLITE_OK)
         return cache_db_fail(c, rc, "load objects", err);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -437,6 +439,7 @@ static int load_objects(cache *c, shoal_err *err)
         o.pinned = (uint8_t)sqlite3_column_int(s, 8);
         o.last_access_ms = sqlite3_column_int64(s, 9);
         o.hits = (uint64_t)sqlite3_column_int64(s, 10);
+        o.verified = sqlite3_column_int(s, 11) == 1;
         if (!o.etag || cache_obj_add(c, &o, err)) {
             free(o.etag);
             sqlite3_finalize(s);
@@ -824,10 +827,17 @@ int cache_usage_get(cache *c, cache_usage *out, shoal_err *err)
     out->evicted = c->evicted;
     out->evicted_bytes = c->evicted_bytes;
     for (size_t i = 0; i < c->nobjs; i++) {
-        if (cache_obj_pinned(c, &c->objs[i]))
-            out->pinned += c->objs[i].len;
-        else if (c->objs[i].pinned == CACHE_PINNED_LIFTED)
-            out->lifted += c->objs[i].len;
+        const cobj *o = &c->objs[i];
+        if (cache_obj_pinned(c, o))
+            out->pinned += o->len;
+        else if (o->pinned == CACHE_PINNED_LIFTED)
+            out->lifted += o->len;
+        if (o->kind == CACHE_KIND_DERIVED)
+            continue;
+        if (o->verified)
+            out->verified += o->len;
+        else
+            out->trusted += o->len;
     }
     return 0;
 }

@@ -98,6 +98,16 @@ static void writer_unlink_list(cache *c, cache_writer *w)
         }
 }
 
+uint64_t cache_writers_disk(const cache *c)
+{
+    uint64_t n = 0;
+    struct stat st;
+    for (const cache_writer *w = c->writers; w; w = w->next)
+        if (w->fd >= 0 && fstat(w->fd, &st) == 0)
+            n += (uint64_t)st.st_blocks * 512;
+    return n;
+}
+
 /* Release everything the writer holds; the tmp file is removed unless
  * keep_file.  Returns its reservation to the budget. */
 static void writer_free(cache_writer *w, int keep_file)
@@ -117,6 +127,7 @@ static void writer_free(cache_writer *w, int keep_file)
         sqlite3_reset(s);
     }
     c->reserved -= w->len;
+    c->reserved_disk -= cache_disk_len(c, w->len);
     writer_unlink_list(c, w);
     XXH3_freeState(w->xs);
     free(w->ext);
@@ -363,6 +374,7 @@ int cache_write_begin_flags(cache *c, const cache_key *key, cache_kind kind,
     w->xs = XXH3_createState();
     /* Reserve before anything can fail, so writer_free can give it back. */
     c->reserved += w->len;
+    c->reserved_disk += cache_disk_len(c, w->len);
     w->next = c->writers;
     c->writers = w;
     if (fail || !w->xs || XXH3_128bits_reset(w->xs) != XXH_OK) {

@@ -138,6 +138,17 @@ const char *shoal_log_count(unsigned long long n, char *buf, unsigned cap)
     return buf;
 }
 
+static unsigned long long log_suppressed;   /* under log_state.lock */
+
+unsigned long long shoal_log_suppressed(void)
+{
+    unsigned long long n;
+    pthread_mutex_lock(&log_state.lock);
+    n = log_suppressed;
+    pthread_mutex_unlock(&log_state.lock);
+    return n;
+}
+
 void shoal_log_limited(shoal_log_limit *l, shoal_log_level level, const char *tag,
                        const char *fmt, ...)
 {
@@ -158,6 +169,7 @@ void shoal_log_limited(shoal_log_limit *l, shoal_log_level level, const char *ta
     }
     if (l->lines >= SHOAL_LOG_LIMIT_BURST) {
         l->held++;
+        log_suppressed++;
         pthread_mutex_unlock(&log_state.lock);
         return;
     }

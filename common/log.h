@@ -55,6 +55,9 @@ typedef struct shoal_log_limit {
 
 void shoal_log_limited(shoal_log_limit *l, shoal_log_level level, const char *tag,
                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Lines every limiter held back since the process started (a figure for
+ * /metrics and STATS). */
+unsigned long long shoal_log_suppressed(void);
 /* "12,345" into buf (cap >= 27). */
 const char *shoal_log_count(unsigned long long n, char *buf, unsigned cap);
 

@@ -169,8 +169,14 @@ struct shoald {
     struct event *ev_resume;       /* the listener's back-off timer */
     unsigned accept_backoff_ms;
     struct daemon_user { uint32_t uid; unsigned n; } users[32];   /* connections per uid */
-    struct daemon_bounds {
-        uint64_t refused, evicted, dropped_fds, dropped_bytes, frame_timeouts, accept_errors;
+    struct daemon_bounds {         /* since start (STATS "limits", /metrics) */
+        uint64_t accepted;         /* connections accepted */
+        uint64_t refused;          /* newcomers refused at the connection cap */
+        uint64_t evicted;          /* connections dropped to make room for one */
+        uint64_t dropped_fds;      /* ... over a descriptor cap */
+        uint64_t dropped_bytes;    /* ... over the buffered-bytes cap */
+        uint64_t frame_timeouts;   /* ... at the frame (or HELLO) deadline */
+        uint64_t accept_errors;    /* accept failures, each a listener pause */
     } bounds;
     model *models[DAEMON_MODELS_MAX];
     struct sched *sched;

@@ -418,6 +418,18 @@ static int put_new(conn *c, model *m, const char *name, uint64_t length, int sta
     if (rc == SHOAL_EBUSY)
         shoal_err_wrap(err, rc, "PUT %s: another client is storing it now; GET it when it is done",
                        name);
+    if (rc == SHOAL_ENOSPC) {   /* the whole length could not be reserved: say with what */
+        cache_usage u;
+        char l[32], b[32], pn[32], r[32];
+        if (cache_usage_get(d->cache, &u, NULL) == 0)
+            shoal_err_wrap(err, rc, "%s %s (%s) does not fit beside what the cache must keep "
+                           "(budget %s, %s pinned, %s being written)",
+                           state == PUT_ALLOC ? "PUT_BEGIN" : "PUT", name,
+                           shoal_size_format(length, l, sizeof l),
+                           shoal_size_format(u.budget, b, sizeof b),
+                           shoal_size_format(u.pinned, pn, sizeof pn),
+                           shoal_size_format(u.reserved, r, sizeof r));
+    }
     if (rc)
         goto fail;
     if (cache_writer_offset(p->wr) != 0) {   /* a stale partial: start over */

@@ -32,7 +32,7 @@
 
 /* ---- the page ------------------------------------------------------------------------ */
 
-#define PAGE_MAX (256u << 10)   /* the page is ~5 KB; a bound, not a size */
+#define PAGE_MAX (256u << 10)   /* the page is ~9 KB; a bound, not a size */
 
 /* The page being built; the first failure sticks. */
 typedef struct page {
@@ -109,13 +109,9 @@ static void upstream(shoald *d, page *b)
     }
 }
 
-static void cache_part(shoald *d, page *b)
+static void cache_part(const cache_usage *up, page *b)
 {
-    cache_usage u;
-    shoal_err err = { 0 };
-
-    if (cache_usage_get(d->cache, &u, &err) != 0)
-        return;   /* a writer's usage is memory: this does not fail */
+    const cache_usage u = *up;
     one(b, "shoald_cache_used_bytes", "gauge", "Bytes of committed objects in the disk cache.",
         u.used);
     one(b, "shoald_cache_budget_bytes", "gauge", "The disk cache's budget.", u.budget);
@@ -127,6 +123,73 @@ static void cache_part(shoald *d, page *b)
     one(b, "shoald_cache_evictions_total", "counter", "Objects evicted since start.", u.evicted);
     one(b, "shoald_cache_evicted_bytes_total", "counter", "Bytes evicted since start.",
         u.evicted_bytes);
+}
+
+/* The limits of docs/daemon.md "Limits": what each cap did since start,
+ * and what is held against the caps now. */
+static void limits_part(shoald *d, page *b)
+{
+    const struct daemon_bounds *n = &d->bounds;
+
+    one(b, "shoald_connections_accepted_total", "counter", "Connections accepted since start.",
+        n->accepted);
+    one(b, "shoald_connections_limit", "gauge",
+        "Connections at most (--max-conns, cut to the descriptor limit).", d->lim.conns);
+    family(b, "shoald_connections_refused_total", "counter",
+           "Newcomers refused since start (an ERROR, then closed), by cause.");
+    value(b, "shoald_connections_refused_total", "cause=\"cap\"", n->refused);
+    family(b, "shoald_connections_dropped_total", "counter",
+           "Clients dropped since start (an ERROR naming the limit, then closed), by cause: room "
+           "(made room at the cap), descriptors (--max-conn-fds, --max-fds), bytes "
+           "(--max-buffered), frame_deadline (--frame-timeout).");
+    value(b, "shoald_connections_dropped_total", "cause=\"room\"", n->evicted);
+    value(b, "shoald_connections_dropped_total", "cause=\"descriptors\"", n->dropped_fds);
+    value(b, "shoald_connections_dropped_total", "cause=\"bytes\"", n->dropped_bytes);
+    value(b, "shoald_connections_dropped_total", "cause=\"frame_deadline\"", n->frame_timeouts);
+    one(b, "shoald_frame_deadlines_total", "counter",
+        "Frames (or HELLOs) not complete within --frame-timeout since start.", n->frame_timeouts);
+    one(b, "shoald_accept_pauses_total", "counter",
+        "accept() failures for want of descriptors or memory since start; each paused the "
+        "listener.", n->accept_errors);
+    one(b, "shoald_descriptors_queued", "gauge", "Descriptors queued to clients now.", d->out_fds);
+    one(b, "shoald_descriptors_queued_limit", "gauge", "Descriptors queued to all clients at "
+        "most (--max-fds, cut to the descriptor limit).", d->lim.fds);
+    one(b, "shoald_buffered_bytes", "gauge", "Bytes of frames and replies held for clients now.",
+        d->buffered);
+    one(b, "shoald_buffered_bytes_limit", "gauge", "Bytes held for all clients at most "
+        "(--max-buffered).", d->lim.buffered);
+    one(b, "shoald_log_lines_suppressed_total", "counter",
+        "Repeated log lines held back by the rate limit since start.", shoal_log_suppressed());
+}
+
+/* Bytes verified vs trusted (the cache's memory), and the file checks
+ * since start (integrity.c). */
+static void integrity_part(shoald *d, const cache_usage *u, page *b)
+{
+    integrity_counts n;
+
+    family(b, "shoald_cache_object_bytes", "gauge",
+           "Bytes of upstream objects cached, by how they were checked: verified (their "
+           "whole file matched its upstream hash) or trusted (checked on transfer only).");
+    value(b, "shoald_cache_object_bytes", "check=\"verified\"", u->verified);
+    value(b, "shoald_cache_object_bytes", "check=\"trusted\"", u->trusted);
+    integrity_get(d, &n);
+    family(b, "shoald_file_checks_total", "counter",
+           "Complete files hashed against their upstream hash since start, by result.");
+    value(b, "shoald_file_checks_total", "result=\"match\"", n.files_ok);
+    value(b, "shoald_file_checks_total", "result=\"mismatch\"", n.files_bad);
+    one(b, "shoald_file_check_bytes_total", "counter", "Bytes those checks hashed.",
+        n.bytes_hashed);
+    one(b, "shoald_file_checks_queued", "gauge", "Complete files waiting for their check.",
+        n.queued);
+    one(b, "shoald_quarantined_bytes_total", "counter",
+        "Bytes of objects removed since start because their file did not match.",
+        n.quarantined_bytes);
+    one(b, "shoald_refetch_jobs_total", "counter",
+        "Warm jobs started since start to fetch quarantined objects again.", n.refetches);
+    one(b, "shoald_damaged_reported_total", "counter",
+        "Objects engines reported damaged (removed, fetched again on their next GET).",
+        n.damaged);
 }
 
 static void process_part(shoald *d, page *b)
@@ -149,9 +212,19 @@ static void process_part(shoald *d, page *b)
 int metrics_render(shoald *d, shoal_buf *out)
 {
     page b = { *out, 0 };
+    cache_usage u;
+    shoal_err err = { 0 };
+    /* one walk of the object table (~85,000 at K3 size: well under 1 ms);
+     * a writer's usage is memory and does not fail */
+    int have = cache_usage_get(d->cache, &u, &err) == 0;
+
     requests(d, &b);
     upstream(d, &b);
-    cache_part(d, &b);
+    if (have)
+        cache_part(&u, &b);
+    limits_part(d, &b);
+    if (have)
+        integrity_part(d, &u, &b);
     process_part(d, &b);
     *out = b.b;
     return b.rc;

@@ -115,6 +115,7 @@ static void server_on_accept(evutil_socket_t lfd, short what, void *arg)
             return;
         }
         d->accept_backoff_ms = 0;
+        d->bounds.accepted++;
         if (shoal_peer_uid(fd, &uid) != 0)
             uid = (uint32_t)-1;
         if (d->stopping) {

@@ -5,7 +5,8 @@
  * Owns: parsing the query, the live figures handed to the report (upstream
  * transfers since start, clients, running jobs), and the "daemon" extras:
  * scheduler queues, upstream counters from the fetcher, bytes served since
- * start, warm jobs, live connections with their counts.  The report itself
+ * start, warm jobs, live connections with their counts, the limits (what
+ * each cap holds and did) and the integrity figures since start.  The report itself
  * is built by cache/report.c, so `shoal stats` shows the same figures
  * whether it asks shoald or reads the index.  Does not own counting
  * (cache/, ops.c).
@@ -147,10 +148,16 @@ static int query_parse(const char *query, size_t qlen, char *spec, size_t cap,
 static shoal_json *integrity_json(shoald *d)
 {
     integrity_counts n;
+    cache_usage u;
+    shoal_err e = { 0 };
     shoal_json *o = shoal_json_object();
     if (!o)
         return NULL;
     integrity_get(d, &n);
+    if (cache_usage_get(d->cache, &u, &e) == 0) {   /* memory: as /metrics shows them */
+        shoal_json_set_int(o, "verified_bytes", (int64_t)u.verified);
+        shoal_json_set_int(o, "trusted_bytes", (int64_t)u.trusted);
+    }
     shoal_json_set_int(o, "checks", (int64_t)n.checks);
     shoal_json_set_int(o, "files_ok", (int64_t)n.files_ok);
     shoal_json_set_int(o, "files_bad", (int64_t)n.files_bad);
@@ -168,6 +175,42 @@ static shoal_json *integrity_json(shoald *d)
     return o;
 }
 
+/* The limits (docs/daemon.md "Limits"): each cap, what is held against it
+ * now, and what the caps did since start.  Counters kept as they happen
+ * (server.c, conn.c): building this is a few stores. */
+static shoal_json *limits_json(shoald *d)
+{
+    const struct daemon_bounds *n = &d->bounds;
+    shoal_json *o = shoal_json_object(), *refused = shoal_json_object(),
+               *dropped = shoal_json_object();
+    if (!o || !refused || !dropped) {
+        shoal_json_free(o);
+        shoal_json_free(refused);
+        shoal_json_free(dropped);
+        return NULL;
+    }
+    shoal_json_set_int(o, "connections", (int64_t)d->nconns);
+    shoal_json_set_int(o, "connections_limit", (int64_t)d->lim.conns);
+    shoal_json_set_int(o, "descriptors_queued", (int64_t)d->out_fds);
+    shoal_json_set_int(o, "descriptors_queued_limit", (int64_t)d->lim.fds);
+    shoal_json_set_int(o, "descriptors_per_connection_limit", (int64_t)d->lim.conn_fds);
+    shoal_json_set_int(o, "buffered_bytes", (int64_t)d->buffered);
+    shoal_json_set_int(o, "buffered_bytes_limit", (int64_t)d->lim.buffered);
+    shoal_json_set_int(o, "frame_timeout_s", (int64_t)d->lim.frame_secs);
+    shoal_json_set_int(o, "accepted", (int64_t)n->accepted);
+    shoal_json_set_int(refused, "cap", (int64_t)n->refused);
+    shoal_json_set_take(o, "refused", refused);
+    shoal_json_set_int(dropped, "room", (int64_t)n->evicted);
+    shoal_json_set_int(dropped, "descriptors", (int64_t)n->dropped_fds);
+    shoal_json_set_int(dropped, "bytes", (int64_t)n->dropped_bytes);
+    shoal_json_set_int(dropped, "frame_deadline", (int64_t)n->frame_timeouts);
+    shoal_json_set_take(o, "dropped", dropped);
+    shoal_json_set_int(o, "frame_deadlines", (int64_t)n->frame_timeouts);
+    shoal_json_set_int(o, "accept_pauses", (int64_t)n->accept_errors);
+    shoal_json_set_int(o, "log_lines_suppressed", (int64_t)shoal_log_suppressed());
+    return o;
+}
+
 /* What only the running daemon knows, added to the report's "daemon". */
 static void daemon_extra(shoald *d, shoal_json *o)
 {
@@ -180,6 +223,7 @@ static void daemon_extra(shoald *d, shoal_json *o)
     shoal_json_set_take(o, "upstream", upstream_json(d));
     shoal_json_set_take(o, "integrity", integrity_json(d));
     shoal_json_set_take(o, "hfcache", peer_json(d));
+    shoal_json_set_take(o, "limits", limits_json(d));
     if (jobs) {
         warm_stats_json(d->warm, jobs);
         shoal_json_set_take(o, "jobs", jobs);

@@ -40,6 +40,7 @@ struct bufferevent;
 
 typedef struct server server;
 typedef struct conn conn;
+struct evbuffer_cb_entry;
 
 /* What generation needs, set by the worker once the model is bound. */
 typedef struct server_model {
@@ -123,6 +124,8 @@ struct conn {
     uint64_t since_ns;                 /* the request being read began: the
                                           connection's start or its last reply */
     int answering;                     /* a request of it is being answered: no read deadline */
+    int refused;                       /* libevent answered an error of its own on it */
+    struct evbuffer_cb_entry *out_cb;  /* watches its output for those (on_out) */
     job *job;                          /* the job answering it, if any */
     conn *prev, *next;
 };
@@ -205,6 +208,9 @@ struct server {
     uint64_t backoff_ms;
     server_ratelog accept_log, cap_log;
     uint64_t conns_accepted, accept_errors, listener_pauses, request_timeouts, evictions;
+    uint64_t refused_too_large;        /* 413s libevent sent: a header or body past the limit */
+    uint64_t refused_bad_request;      /* 400s it sent: a request line or header it could not
+                                          take (one line past --max-header among them) */
     int warned_untracked;
     uint64_t http_count[EP_COUNT][SERVER_N_CODES];
 };

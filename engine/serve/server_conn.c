@@ -222,6 +222,8 @@ static void conn_push(conn **list, conn *c)
 
 static void conn_gone(server *srv, conn *c)
 {
+    if (c->out_cb)
+        evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->out_cb);
     free(c);
     srv->n_conns--;
     if (!srv->closing)
@@ -239,6 +241,24 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
     conn_gone(srv, c);
 }
 
+/* Bytes went into a connection's output while no request of it was being
+ * answered: libevent's own error reply (evhttp answers a header or body
+ * past the limits, or a request it cannot parse, without calling us).
+ * Counted once per connection (evhttp closes it after such a reply). */
+static void on_out(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    conn *c = arg;
+    char h[12];
+    if (!info->n_added || c->answering || c->refused ||
+        evbuffer_copyout(buf, h, sizeof h) != (ev_ssize_t)sizeof h || memcmp(h, "HTTP/1.", 7) != 0)
+        return;
+    c->refused = 1;
+    if (memcmp(h + 8, " 413", 4) == 0)
+        c->srv->refused_too_large++;
+    else if (memcmp(h + 8, " 400", 4) == 0)
+        c->srv->refused_bad_request++;
+}
+
 /* evhttp's new connection: our bufferevent, so we see it. */
 static struct bufferevent *on_bev(struct event_base *base, void *arg)
 {
@@ -253,6 +273,7 @@ static struct bufferevent *on_bev(struct event_base *base, void *arg)
     c->srv = srv;
     c->bev = bev;
     c->since_ns = shoal_now_ns();
+    c->out_cb = evbuffer_add_cb(bufferevent_get_output(bev), on_out, c);
     bufferevent_incref(bev);
     conn_push(&srv->pending, c);
     srv->n_conns++;

@@ -121,12 +121,14 @@ void server_health(server *srv, struct evhttp_request *req, server_ep ep)
                           { "accepted", srv->conns_accepted },
                           { "request_timeouts", srv->request_timeouts },
                           { "closed_for_room", srv->evictions },
-                          { "accept_errors", srv->accept_errors } };
+                          { "accept_errors", srv->accept_errors },
+                          { "refused_too_large", srv->refused_too_large },
+                          { "refused_bad_request", srv->refused_bad_request } };
         bad = !root || shoal_json_set_str(root, "status", st) ||
               shoal_json_set_str(root, "model", srv->cfg.model_name) ||
               shoal_json_set_take(root, "queue", ints(q, 3)) ||
               shoal_json_set_take(root, "requests", ints(rq, 6)) ||
-              shoal_json_set_take(root, "connections", ints(cn, 6)) ||
+              shoal_json_set_take(root, "connections", ints(cn, 8)) ||
               shoal_json_set_take(root, "generation", gen_obj(&s));
     }
     if (!bad && s.phase == SRV_LOADING) {
@@ -194,6 +196,12 @@ static void metrics_http(server *srv, shoal_buf *b)
     one(b, "http_request_timeouts_total", "counter",
         "connections closed with a 408: the request did not arrive within the deadline",
         (double)srv->request_timeouts);
+    head(b, "http_refused_total", "counter",
+         "requests libevent refused before they reached the server, by reason: too_large (413: "
+         "a header past --max-header or a body past --max-body), bad_request (400: a request "
+         "line or header line it could not take)");
+    val(b, "http_refused_total", "reason=\"too_large\"", (double)srv->refused_too_large);
+    val(b, "http_refused_total", "reason=\"bad_request\"", (double)srv->refused_bad_request);
     one(b, "connections", "gauge", "open HTTP connections", (double)srv->n_conns);
     one(b, "connections_limit", "gauge", "open HTTP connections at most",
         (double)srv->cfg.max_connections);

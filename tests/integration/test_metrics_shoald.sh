@@ -7,6 +7,11 @@
 #     disk misses 6 and hits 6, 6 transfers completed, bytes served and
 #     fetched match what shoalc got, the cache holds them, a REPORT's RAM
 #     tier counts appear under tier="ram"; connections and queues are gauges
+#   - the limits and the integrity figures: every series is there (0 at
+#     start) and moves with its event — a refusal at --max-conns, clients
+#     dropped at the HELLO deadline, their log lines held back by the rate
+#     limit, files checked against their sha256 after a warm (verified
+#     bytes); STATS daemon.limits and daemon.integrity say the same
 #   - other paths answer 404, other methods 405; a bad address exits 2
 #   - a bare port listens on loopback only
 #   - --detach says where the daemon runs (pid, log, socket, metrics)
@@ -80,6 +85,82 @@ wait $PING
 ctype=$(curl -fsS -o /dev/null -w '%{content_type}' "$URL")
 case $ctype in "text/plain; version=0.0.4"*) ;; *) fail "Content-Type $ctype" ;; esac
 kill -TERM "$PID_shoald"; wait "$PID_shoald" || fail "shoald exited non-zero on SIGTERM"
+
+# ---- the limits and the integrity figures move when their event happens ---------------
+# (a home of its own: the settings given here are kept in its shoald.conf)
+HL=$T/home_lim
+bg dl "$BIN/shoald" --home "$HL" --no-fsync --metrics=127.0.0.1:0 --max-conns 4 --frame-timeout 1
+wait_line "$T/dl.log" 'ready on' 20 || fail "shoald --max-conns 4 did not start"
+URL=$(sed -n 's/.*metrics on \(http:[^ ]*\).*/\1/p' "$T/dl.log" | head -n 1)
+scrape l0
+for k in 'shoald_connections_refused_total{cause="cap"}' 'shoald_connections_dropped_total{cause="frame_deadline"}' \
+         'shoald_connections_dropped_total{cause="room"}' 'shoald_connections_dropped_total{cause="descriptors"}' \
+         'shoald_connections_dropped_total{cause="bytes"}' shoald_frame_deadlines_total shoald_accept_pauses_total \
+         shoald_log_lines_suppressed_total shoald_descriptors_queued shoald_buffered_bytes \
+         'shoald_cache_object_bytes{check="verified"}' 'shoald_cache_object_bytes{check="trusted"}' \
+         'shoald_file_checks_total{result="match"}' 'shoald_file_checks_total{result="mismatch"}' \
+         shoald_quarantined_bytes_total shoald_refetch_jobs_total shoald_damaged_reported_total; do
+    [ "$(val l0 "$k")" = 0 ] || fail "$k is $(val l0 "$k") before anything happened"
+done
+[ "$(val l0 shoald_connections_limit)" = 4 ] || fail "connections_limit $(val l0 shoald_connections_limit)"
+[ "$(val l0 shoald_buffered_bytes_limit)" -gt 0 ] && [ "$(val l0 shoald_descriptors_queued_limit)" -gt 0 ] \
+    || fail "no limits on the page"
+# 25 connections that never say HELLO, 4 at a time under the cap: each
+# newcomer takes the place of the oldest (dropped to make room), the last 4
+# are dropped at the 1 s deadline, and the drops' log lines are
+# rate-limited (10 a window per kind, the rest counted)
+/usr/bin/python3 -c '
+import socket, sys, time
+s = []
+for _ in range(25):
+    c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1]); s.append(c)
+time.sleep(2.5)' "$HL/shoald.sock" || fail "no-HELLO client"
+# four clients at the cap, all of one user: a fifth is refused
+pings=()
+for i in 1 2 3 4; do
+    "$BIN/shoalc" --home "$HL" ping --interval 200 --seconds 4 > "$T/lping$i" 2>&1 &
+    pings+=($!)
+done
+sleep 1.5
+"$BIN/shoalc" --home "$HL" stats > "$T/l5" 2>&1 && fail "a fifth client at --max-conns 4 was served"
+# (its ERROR names --max-conns; a client that reads only after its HELLO
+# failed may see the close instead: test_bounds_daemon.sh checks the ERROR)
+grep -q 'max-conns\|closed the connection' "$T/l5" || fail "the refused client saw: $(cat "$T/l5")"
+wait "${pings[@]}" || fail "a client below the cap failed: $(cat "$T"/lping*)"
+# a whole model warmed: its files are checked against their sha256
+"$BIN/shoalc" --home "$HL" warm $M all --wait > "$T/lwarm" 2>&1 || fail "warm: $(cat "$T/lwarm")"
+for _ in $(seq 100); do
+    scrape l1
+    [ "$(val l1 'shoald_file_checks_total{result="match"}')" -ge 3 ] && [ "$(val l1 shoald_file_checks_queued)" = 0 ] && break
+    sleep 0.1
+done
+[ "$(val l1 'shoald_connections_refused_total{cause="cap"}')" -ge 1 ] || fail "the refusal at the cap is not counted"
+fd=$(val l1 'shoald_connections_dropped_total{cause="frame_deadline"}')
+room=$(val l1 'shoald_connections_dropped_total{cause="room"}')
+[ "$fd" = 4 ] && [ "$room" = 21 ] || fail "25 no-HELLO connections under a cap of 4: $fd dropped at the deadline, $room for room"
+[ "$(val l1 shoald_frame_deadlines_total)" = 4 ] || fail "frame deadlines: $(val l1 shoald_frame_deadlines_total)"
+[ "$(val l1 shoald_log_lines_suppressed_total)" -ge 11 ] || fail "suppressed log lines: $(val l1 shoald_log_lines_suppressed_total)"
+[ "$(val l1 shoald_connections_accepted_total)" -ge 30 ] || fail "accepted: $(val l1 shoald_connections_accepted_total)"
+[ "$(val l1 'shoald_file_checks_total{result="match"}')" -ge 3 ] || fail "file checks: $(grep file_checks "$T/l1.prom")"
+[ "$(val l1 shoald_file_check_bytes_total)" -gt 0 ] || fail "no bytes hashed by the file checks"
+[ "$(val l1 'shoald_cache_object_bytes{check="verified"}')" -gt 0 ] || fail "no verified bytes: $(grep object_bytes "$T/l1.prom")"
+"$BIN/shoal" --home "$HL" stats --json > "$T/lstats.json" || fail "shoal stats --json"
+/usr/bin/python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))["daemon"]
+l, i = d["limits"], d["integrity"]
+assert l["connections_limit"] == 4 and l["refused"]["cap"] >= 1, l
+assert l["dropped"]["frame_deadline"] == 4 and l["frame_deadlines"] == 4, l
+assert l["dropped"]["room"] == 21 and l["dropped"]["descriptors"] == 0 and l["dropped"]["bytes"] == 0, l
+assert l["log_lines_suppressed"] >= 11 and l["accepted"] >= 30, l
+for k in ("descriptors_queued", "descriptors_queued_limit", "buffered_bytes", "buffered_bytes_limit", "accept_pauses"): assert k in l, l
+assert i["verified_bytes"] > 0 and "trusted_bytes" in i and i["files_ok"] >= 3, i
+for k in ("files_bad", "quarantined_bytes", "refetch_jobs", "damaged_reported"): assert k in i, i
+' "$T/lstats.json" || fail "STATS daemon.limits / daemon.integrity: $(cat "$T/lstats.json")"
+echo "ok   limits and integrity on /metrics and in STATS: refused $(val l1 'shoald_connections_refused_total{cause="cap"}')," \
+     "made room $room, frame deadlines $fd, log lines held back $(val l1 shoald_log_lines_suppressed_total)," \
+     "files matched $(val l1 'shoald_file_checks_total{result="match"}'), verified $(val l1 'shoald_cache_object_bytes{check="verified"}') bytes"
+kill -TERM "$PID_dl"; wait "$PID_dl" || fail "shoald exited non-zero on SIGTERM"
 
 # a bare port is loopback's
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

@@ -11,7 +11,8 @@
 #     the descriptor limit lowered under the running server (EMFILE on
 #     accept): a real client is still answered, the CPU stays idle (no
 #     accept spin), and the log holds a handful of lines, not millions;
-#   - /metrics and /health count it all (promtool parses /metrics).
+#   - /metrics and /health count it all, libevent's own 400s and 413s too
+#     (promtool parses /metrics).
 source "$(dirname "$0")/lib.sh"
 E="$BIN/shoal-engine"
 [ -x "$E" ] || skip "no $E"
@@ -63,8 +64,18 @@ awk -v s="$(kv "$r" last_close)" 'BEGIN {exit !(s < 5)}' || fail "slowloris clos
 awk -v s="$(kv "$r" health_max)" 'BEGIN {exit !(s < 1.5)}' || fail "/health slow during slowloris: $r"
 echo "ok   slowloris x300: $r; server CPU $((c1 - c0))/100 s"
 check [ "$(field connections.request_timeouts)" -ge 300 ] "408s counted in /health"
+# libevent's own refusals: the header line past --max-header above (400),
+# and a body past --max-body (413): neither reaches the server's handlers
+check [ "$(field connections.refused_bad_request)" -ge 1 ] "400s libevent sent counted in /health"
+check [ "$(field connections.refused_too_large)" = 0 ] "no 413 yet"
+head -c $((5 << 20)) /dev/zero > "$T/body"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST --data-binary @"$T/body" "$U/v1/completions")
+[ "$code" = 413 ] || fail "a 5 MiB body: $code (wanted 413)"
+check [ "$(field connections.refused_too_large)" = 1 ] "the 413 counted in /health"
 curl -s "$U/metrics" >"$T/metrics"
 grep -q '^shoal_engine_http_request_timeouts_total [1-9]' "$T/metrics" || fail "metrics lack the 408s"
+grep -q '^shoal_engine_http_refused_total{reason="too_large"} 1$' "$T/metrics" || fail "metrics lack the 413"
+grep -q '^shoal_engine_http_refused_total{reason="bad_request"} [1-9]' "$T/metrics" || fail "metrics lack the 400s"
 command -v promtool >/dev/null || fail "promtool is missing: make deps installs it"
 promtool check metrics <"$T/metrics" || fail "promtool: /metrics does not parse or lint"
 kill -TERM "$pid"; wait "$pid" || fail "server exit status $?"

@@ -301,6 +301,43 @@ static void print_settings(FILE *f, const shoal_json *j)
     fputc('\n', f);
 }
 
+/* shoald's limits: what is held against each cap, and what the caps did
+ * since start when they did something (docs/daemon.md "Limits"). */
+static void print_limits(FILE *f, const shoal_json *j)
+{
+    char a[FMT_MAX], b[FMT_MAX];
+    long long refused = jint(j, "daemon.limits.refused.cap", 0);
+    long long room = jint(j, "daemon.limits.dropped.room", 0);
+    long long dfds = jint(j, "daemon.limits.dropped.descriptors", 0);
+    long long dbytes = jint(j, "daemon.limits.dropped.bytes", 0);
+    long long dline = jint(j, "daemon.limits.dropped.frame_deadline", 0);
+    long long pauses = jint(j, "daemon.limits.accept_pauses", 0);
+    long long held = jint(j, "daemon.limits.log_lines_suppressed", 0);
+    if (jnull(j, "daemon.limits"))
+        return;
+    fputs("Limits\n", f);
+    fmt_kv(f, 2, "connections", "%lld of %lld (%lld accepted since start)",
+           (long long)jint(j, "daemon.limits.connections", 0),
+           (long long)jint(j, "daemon.limits.connections_limit", 0),
+           (long long)jint(j, "daemon.limits.accepted", 0));
+    fmt_kv(f, 2, "descriptors queued", "%lld of %lld",
+           (long long)jint(j, "daemon.limits.descriptors_queued", 0),
+           (long long)jint(j, "daemon.limits.descriptors_queued_limit", 0));
+    fmt_kv(f, 2, "bytes held", "%s of %s",
+           fmt_size((uint64_t)jint(j, "daemon.limits.buffered_bytes", 0), a),
+           fmt_size((uint64_t)jint(j, "daemon.limits.buffered_bytes_limit", 0), b));
+    if (refused)
+        fmt_kv(f, 2, "refused at the cap", "%lld", refused);
+    if (room + dfds + dbytes + dline)
+        fmt_kv(f, 2, "clients dropped", "%lld  (room %lld, descriptors %lld, bytes %lld, "
+               "frame deadline %lld)", room + dfds + dbytes + dline, room, dfds, dbytes, dline);
+    if (pauses)
+        fmt_kv(f, 2, "accept pauses", "%lld  (out of descriptors or memory)", pauses);
+    if (held)
+        fmt_kv(f, 2, "log lines held back", "%lld", held);
+    fputc('\n', f);
+}
+
 static void print_models(FILE *f, const shoal_json *j)
 {
     shoal_json *ms = shoal_json_get(j, "models");
@@ -530,6 +567,7 @@ static void stats_print(FILE *f, const shoal_json *j, cache_report_by by, int li
     print_disk(f, j);
     print_integrity(f, j);
     print_settings(f, j);
+    print_limits(f, j);
     print_models(f, j);
     print_layers(f, j, by == CACHE_REPORT_BY_LAYER);
     if (by == CACHE_REPORT_BY_EXPERT)

@@ -209,12 +209,48 @@ static void test_budget_past_disk(void **state)
     fx_open(f);
 }
 
+/* Writers are charged in disk blocks, as committed objects are: with a
+ * budget of 8 blocks, 8 one-byte writers fill it and a ninth is refused
+ * (charged in bytes, 8 bytes would leave the budget nearly empty and 4 KiB
+ * files would overshoot it); an abort gives its block back. */
+static void test_writers_in_blocks(void **state)
+{
+    fx *f = *state;
+    shoal_err e = { 0, "" };
+    struct statvfs sv;
+    cache_writer *w[9] = { 0 };
+    char etag[9][16];
+    uint64_t bs;
+
+    assert_int_equal(statvfs(f->dir, &sv), 0);
+    bs = sv.f_bsize ? (uint64_t)sv.f_bsize : 4096;
+    f->cfg.max_bytes = 8 * bs;
+    f->cfg.budget_fits_disk = 0;
+    fx_open(f);
+    for (int i = 0; i < 9; i++)
+        snprintf(etag[i], sizeof etag[i], "w%d", i);
+    for (int i = 0; i < 8; i++)
+        if (cache_write_begin(f->c, &(cache_key){ etag[i], 0, 1 }, CACHE_KIND_EXPERT, NULL,
+                              &w[i], &e))
+            fail_msg("writer %d: %s", i, e.msg);
+    assert_int_equal(cache_write_begin(f->c, &(cache_key){ etag[8], 0, 1 }, CACHE_KIND_EXPERT,
+                                       NULL, &w[8], &e), SHOAL_ENOSPC);
+    assert_null(w[8]);
+    cache_write_abort(w[0]);
+    w[0] = NULL;
+    if (cache_write_begin(f->c, &(cache_key){ etag[8], 0, 1 }, CACHE_KIND_EXPERT, NULL, &w[8], &e))
+        fail_msg("a writer after an abort: %s", e.msg);
+    for (int i = 0; i < 9; i++)
+        cache_write_abort(w[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_plan, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_pin_lift, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_budget_past_disk, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_writers_in_blocks, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
