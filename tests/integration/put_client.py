@@ -13,62 +13,13 @@
 #             prints "committed" or "commit failed CODE MESSAGE"
 #   "abort"   PUT_COMMIT keep=0: prints "aborted"
 #   EOF       leaves without a word (the daemon drops the PUT)
-import array
 import ctypes
 import os
 import random
-import socket
 import struct
 import sys
 
-MAGIC = b"SHL\x01"
-OK, ERROR, OPEN_OK, PROGRESS, PUT_READY = 64, 65, 67, 72, 73
-
-
-def frame(t, body=b"", rid=0):
-    return MAGIC + struct.pack("<IHHIQ", len(body), t, 0, 0, rid) + body
-
-
-def sstr(b):
-    return struct.pack("<H", len(b)) + b
-
-
-class Conn:
-    def __init__(self, path):
-        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.s.settimeout(60)
-        self.s.connect(path)
-        self.buf = b""
-        self.fds = []
-
-    def send(self, t, body, rid):
-        self.s.sendall(frame(t, body, rid))
-
-    def reply(self, rid):
-        """The next frame for request rid that is not PROGRESS: (type, body)."""
-        while True:
-            while len(self.buf) >= 24:
-                n, t, _f, _r, got = struct.unpack_from("<IHHIQ", self.buf, 4)
-                if len(self.buf) < 24 + n:
-                    break
-                body, self.buf = self.buf[24:24 + n], self.buf[24 + n:]
-                if got == rid and t != PROGRESS:
-                    return t, body
-            fds = array.array("i")
-            data, anc, _fl, _a = self.s.recvmsg(1 << 16, socket.CMSG_LEN(16 * fds.itemsize))
-            for level, kind, d in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds.frombytes(d[:len(d) - (len(d) % fds.itemsize)])
-            self.fds.extend(fds)
-            if not data:
-                raise SystemExit("EOF from shoald")
-            self.buf += data
-
-
-def error(body):
-    code = struct.unpack_from("<i", body, 0)[0]
-    n = struct.unpack_from("<H", body, 4)[0]
-    return code, body[6:6 + n].decode(errors="replace")
+from shoalproto import ERROR, OK, PUT_READY, Conn, error, sstr
 
 
 def xxh128(data):

@@ -26,6 +26,21 @@ CPU_MAX=60      # ticks (1/100 s) of CPU allowed over HOLD; a spin takes ~HOLD*1
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 nfds() { ls "/proc/$1/fd" | wc -l; }
+# hold_flood PID LOG KIND TARGET N OUT: N connections held HOLD+1 s; sets
+# cpu (ticks PID spent over HOLD) and lines (new lines of LOG about accept).
+hold_flood() {
+    local pid=$1 log=$2 kind=$3 target=$4 n=$5 out=$6 l0 c0 c1 fl
+    l0=$(grep -c 'accept' "$log" || true)
+    flood "$kind" "$target" "$n" $((HOLD + 1)) > "$out" 2>&1 &
+    fl=$!
+    sleep 1
+    c0=$(cpu_ticks "$pid")
+    sleep "$HOLD"
+    c1=$(cpu_ticks "$pid")
+    wait $fl || fail "flood client: $(cat "$out")"
+    cpu=$((c1 - c0))
+    lines=$(( $(grep -c 'accept' "$log" || true) - l0 ))
+}
 # flood KIND TARGET N SECS: N connections (Unix socket path or TCP port),
 # held SECS, then closed; prints how many connected
 flood() {
@@ -60,16 +75,7 @@ $PY "$CLIENT" "$SOCK" hello1 > "$T/hello0" 2>&1 || fail "HELLO before the flood:
 # the caps were cut from 256 (80 connections); leave room for 16 more descriptors
 base=$(nfds "$PID_shoald")
 prlimit --pid "$PID_shoald" --nofile=$((base + 16)):256 || fail "prlimit --pid"
-lines0=$(grep -c 'accept' "$T/shoald.log" || true)
-flood unix "$SOCK" 200 $((HOLD + 1)) > "$T/flood_d" 2>&1 &
-fl=$!
-sleep 1
-c0=$(cpu_ticks "$PID_shoald")
-sleep "$HOLD"
-c1=$(cpu_ticks "$PID_shoald")
-wait $fl || fail "flood client: $(cat "$T/flood_d")"
-cpu=$((c1 - c0))
-lines=$(( $(grep -c 'accept' "$T/shoald.log" || true) - lines0 ))
+hold_flood "$PID_shoald" "$T/shoald.log" unix "$SOCK" 200 "$T/flood_d"
 [ "$lines" -ge 1 ] || fail "no accept failure was logged: the flood did not reach EMFILE ($(cat "$T/flood_d"))"
 [ "$lines" -lt 100 ] || fail "$lines log lines about accept in $HOLD s (rate limit broken)"
 [ "$cpu" -lt "$CPU_MAX" ] || fail "shoald spent $cpu/100 s of CPU in $HOLD s at EMFILE (accept spin?)"
@@ -99,16 +105,7 @@ P=${U##*:}
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$U/health")" = 200 ] || fail "/health before the flood"
 base=$(nfds "$PID_serve")
 prlimit --pid "$PID_serve" --nofile=$((base + 8)):128 || fail "prlimit --pid serve"
-lines0=$(grep -c 'accept' "$T/serve.log" || true)
-flood tcp "$P" 300 $((HOLD + 1)) > "$T/flood_s" 2>&1 &
-fl=$!
-sleep 1
-c0=$(cpu_ticks "$PID_serve")
-sleep "$HOLD"
-c1=$(cpu_ticks "$PID_serve")
-wait $fl || fail "flood client: $(cat "$T/flood_s")"
-cpu=$((c1 - c0))
-lines=$(( $(grep -c 'accept' "$T/serve.log" || true) - lines0 ))
+hold_flood "$PID_serve" "$T/serve.log" tcp "$P" 300 "$T/flood_s"
 [ "$lines" -lt 100 ] || fail "serve: $lines log lines about accept in $HOLD s"
 [ "$cpu" -lt "$CPU_MAX" ] || fail "serve spent $cpu/100 s of CPU in $HOLD s at EMFILE (accept spin?)"
 sleep 1.5

@@ -37,7 +37,7 @@ static void counting(void)
     cache_test_io_set(&io);
 }
 
-static cache *open_cache(const char *dir, uint64_t checkpoint)
+static cache *open_cache(const char *dir, uint64_t checkpoint, cache_open_report *rep)
 {
     cache *c = NULL;
     cache_config cfg;
@@ -45,7 +45,7 @@ static cache *open_cache(const char *dir, uint64_t checkpoint)
     cache_config_default(&cfg);
     cfg.max_bytes = 64u << 20;
     cfg.checkpoint_bytes = checkpoint;
-    assert_int_equal(cache_open(dir, &cfg, &c, NULL, &err), 0);
+    assert_int_equal(cache_open(dir, &cfg, &c, rep, &err), 0);
     return c;
 }
 
@@ -70,7 +70,7 @@ static void test_deferred_checkpoint_resumes(void **s)
     (void)s;
 
     tu_tmpdir(dir, "defer");
-    cache *c = open_cache(dir, 64u << 10);
+    cache *c = open_cache(dir, 64u << 10, NULL);
     counting();
     assert_int_equal(cache_write_begin(c, &(cache_key){ "d", 0, 1u << 20 }, CACHE_KIND_SPINE,
                                        NULL, &w, &err), 0);
@@ -93,11 +93,7 @@ static void test_deferred_checkpoint_resumes(void **s)
     cache_test_io_set(NULL);
     cache_close(c);   /* the writer ends with the cache: its partial row stays */
 
-    c = NULL;
-    cache_config cfg;
-    cache_config_default(&cfg);
-    cfg.max_bytes = 64u << 20;
-    assert_int_equal(cache_open(dir, &cfg, &c, &rep, &err), 0);
+    c = open_cache(dir, 64u << 20, &rep);
     assert_int_equal(rep.partials_kept, 1);
     assert_int_equal(cache_write_begin(c, &(cache_key){ "d", 0, 1u << 20 }, CACHE_KIND_SPINE,
                                        NULL, &w, &err), 0);
@@ -129,7 +125,7 @@ static void test_sync_elsewhere_then_commit(void **s)
     (void)s;
 
     tu_tmpdir(dir, "sync");
-    cache *c = open_cache(dir, 64u << 20);
+    cache *c = open_cache(dir, 64u << 20, NULL);
     counting();
     assert_int_equal(cache_write_begin(c, &(cache_key){ "e", 0, 256u << 10 }, CACHE_KIND_EXPERT,
                                        NULL, &w, &err), 0);
