@@ -76,3 +76,25 @@ start_hubmock() {
     CDN=$(sed -n 's/^hub [^ ]* cdn \(http:[^ ]*\).*/\1/p' "$T/hubmock.log" | head -n 1)
     export HUB CDN
 }
+
+# spine_fixture: the cached-spine tests' start (test_spine_cache.sh,
+# test_integrity_spine.sh; $E is shoal-engine): tiny-k3 seed 3 as t/tiny on
+# hubmock (HF_ENDPOINT, log $T/hub.jsonl), shoald on $H logging to
+# $T/shoald.log, M and the prompt P, and the local run's ids and logits at
+# int8 ($T/o_local, $T/l_local) and int4 ($T/o_local4, $T/l_local4).
+spine_fixture() {
+    "$BIN/mkmodel" --preset tiny --seed 3 --out "$T/m" --quiet || fail "mkmodel"
+    start_hubmock --repo t/tiny="$T/m" --log "$T/hub.jsonl"
+    export HF_ENDPOINT=$HUB
+    H=$T/home
+    M=hf://t/tiny
+    P=7,100,300,5,9,42,11,12,13,700,1
+    mkdir -p "$H"
+    bg shoald "$BIN/shoald" --home "$H" --no-fsync --log "$T/shoald.log"
+    wait_line "$T/shoald.log" 'ready on' 20 || fail "shoald did not start"
+
+    "$E" run "$T/m" --tokens $P --max-tokens 6 --dump-logits "$T/l_local" > "$T/o_local" \
+        2>/dev/null || fail "local run"
+    "$E" run "$T/m" --tokens $P --max-tokens 6 --spine int4 --dump-logits "$T/l_local4" \
+        > "$T/o_local4" 2>/dev/null || fail "local run, int4"
+}

@@ -18,20 +18,7 @@ E="$BIN/shoal-engine"
 [ -x "$E" ] && [ -x "$BIN/shoald" ] && [ -x "$BIN/shoal" ] || skip "shoal-engine/shoald not built"
 PY=/usr/bin/python3
 
-"$BIN/mkmodel" --preset tiny --seed 3 --out "$T/m" --quiet || fail "mkmodel"
-start_hubmock --repo t/tiny="$T/m" --log "$T/hub.jsonl"
-export HF_ENDPOINT=$HUB
-H=$T/home
-M=hf://t/tiny
-P=7,100,300,5,9,42,11,12,13,700,1
-mkdir -p "$H"
-bg shoald "$BIN/shoald" --home "$H" --no-fsync --log "$T/shoald.log"
-wait_line "$T/shoald.log" 'ready on' 20 || fail "shoald did not start"
-
-"$E" run "$T/m" --tokens $P --max-tokens 6 --dump-logits "$T/l_local" > "$T/o_local" \
-    2>/dev/null || fail "local run"
-"$E" run "$T/m" --tokens $P --max-tokens 6 --spine int4 --dump-logits "$T/l_local4" \
-    > "$T/o_local4" 2>/dev/null || fail "local run, int4"
+spine_fixture
 
 run_remote() {   # NAME ARGS...  (RUN_LOCAL=local4: compare with the int4 run)
     local name=$1 ref=${RUN_LOCAL:-local}; shift

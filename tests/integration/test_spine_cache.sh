@@ -5,9 +5,8 @@
 #   temporary copy), then reads the stored pack into memory; the second
 #   reads the cached pack (nothing quantized); both compute the same ids
 #   and logits as the local run, in int8 and in int4; a pack whose table
-#   is damaged on disk is refused by the engine (fallback: quantize, same
-#   logits); data damage is not looked for at load (the pack is trusted by
-#   its index entry) but `shoal verify` finds and removes either, after
+#   is damaged on disk is caught by the load's hash (reported, built and
+#   stored again, same logits); `shoal verify` finds and removes either, after
 #   which the next run stores it again; `--spine-cache off` neither uses
 #   nor stores it; a budget without room (ENOSPC at PUT_BEGIN) does not
 #   fail the run.
@@ -15,20 +14,7 @@ source "$(dirname "$0")/lib.sh"
 E="$BIN/shoal-engine"
 [ -x "$E" ] && [ -x "$BIN/shoald" ] && [ -x "$BIN/shoal" ] || skip "shoal-engine/shoald not built"
 
-"$BIN/mkmodel" --preset tiny --seed 3 --out "$T/m" --quiet || fail "mkmodel"
-start_hubmock --repo t/tiny="$T/m" --log "$T/hub.jsonl"
-export HF_ENDPOINT=$HUB
-H=$T/home
-M=hf://t/tiny
-P=7,100,300,5,9,42,11,12,13,700,1
-mkdir -p "$H"
-bg shoald "$BIN/shoald" --home "$H" --no-fsync --log "$T/shoald.log"
-wait_line "$T/shoald.log" 'ready on' 20 || fail "shoald did not start"
-
-"$E" run "$T/m" --tokens $P --max-tokens 6 --dump-logits "$T/l_local" > "$T/o_local" \
-    2>/dev/null || fail "local run"
-"$E" run "$T/m" --tokens $P --max-tokens 6 --spine int4 --dump-logits "$T/l_local4" \
-    > "$T/o_local4" 2>/dev/null || fail "local run, int4"
+spine_fixture
 
 run_remote() {   # NAME HOME ARGS...  (int8; RUN_LOCAL=local4 compares with the int4 run)
     local name=$1 home=$2 ref=${RUN_LOCAL:-local}; shift 2
