@@ -61,6 +61,7 @@ struct warm_job {
     /* the plan made when it (re)started (plan.c) */
     cache_plan plan;
     uint64_t left_objects;         /* spine matrices left out: their pack is cached */
+    uint64_t peer_objects, peer_bytes;   /* read in place from the HF cache: not fetched */
 };
 
 struct warm {
@@ -89,6 +90,8 @@ static shoal_json *job_plan_json(const warm_job *j)
     shoal_json_set_int(o, "not_fitting_bytes", (int64_t)j->plan.over_bytes);
     shoal_json_set_int(o, "evict_bytes", (int64_t)j->plan.evict_bytes);
     shoal_json_set_int(o, "left_out_objects", (int64_t)j->left_objects);
+    shoal_json_set_int(o, "hfcache_objects", (int64_t)j->peer_objects);
+    shoal_json_set_int(o, "hfcache_bytes", (int64_t)j->peer_bytes);
     return o;
 }
 
@@ -240,6 +243,8 @@ static int job_plan(struct warm *W, warm_job *j, shoal_err *err)
     }
     j->plan = s.plan;
     j->left_objects = s.left_objects;
+    j->peer_objects = s.peer_objects;
+    j->peer_bytes = s.peer_bytes;
     j->bytes_total = 0;
     for (size_t i = 0; i < j->nitems; i++)
         j->bytes_total += j->items[i].key.length;

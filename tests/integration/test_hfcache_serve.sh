@@ -58,6 +58,12 @@ hfc=$(sed -n 's/^  in the Hugging Face cache  *\([0-9,]*\) objects.*read in plac
 import json, sys
 r = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 assert all(x["method"] == "HEAD" for x in r), r[:3]' "$T/hub.jsonl" || fail "a warm of HF cache objects fetched bytes"
+stats   # the job's plan kept with it says the same
+/usr/bin/python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))["daemon"]["jobs"][0]["plan"]
+assert p["hfcache_objects"] == int(sys.argv[2]) and p["fetch_objects"] == 0, p' "$T/stats.json" "$hfc" \
+    || fail "the job's plan does not count the HF cache objects: $(cat "$T/stats.json")"
 stop_daemon
 echo "ok   warm --dry-run: $hfc objects in the HF cache, 0 to fetch, not refused under a 4 MiB budget; the warm fetched nothing"
 
@@ -96,6 +102,9 @@ stats
     || fail "later GETs read again: hashed $(hf hashed_bytes) bytes in $(hf hash_jobs) jobs, $(hf memo_hits) from the memo"
 verified=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["daemon"]["integrity"]["peer_verified_bytes"])' "$T/stats.json")
 [ "$verified" -ge $((BIG * (NKEYS + 2))) ] || fail "peer bytes served, verified: $verified"
+"$BIN/shoal" --home "$H" stats > "$T/stats.txt" || fail "shoal stats"
+grep -qE '^  served from the HF cache +[0-9.]+ [KMG]iB +\(blobs hashed to their etag\)' "$T/stats.txt" \
+    || { cat "$T/stats.txt"; fail "shoal stats does not show the bytes served from the HF cache"; }
 echo "ok   later GETs answered from the memo ($(hf memo_entries) hashes, $(hf memo_bytes) bytes), no byte read again"
 
 # ---- a blob rewritten after OPEN is not served ------------------------------------------------

@@ -266,6 +266,9 @@ static void print_integrity(FILE *f, const shoal_json *j)
            v + t ? fmt_pct((double)t / (double)(v + t), b) : "-");
     fmt_kv(f, 2, "made here (derived)", "%10s",
            fmt_size((uint64_t)jint(j, "integrity.derived_bytes", 0), a));
+    if (jint(j, "daemon.integrity.peer_verified_bytes", 0))
+        fmt_kv(f, 2, "served from the HF cache", "%10s  (blobs hashed to their etag)",
+               fmt_size((uint64_t)jint(j, "daemon.integrity.peer_verified_bytes", 0), a));
     if (jint(j, "integrity.mismatches", 0))
         fmt_kv(f, 2, "mismatches (quarantined)", "%10lld  (%s removed; %lld files bad now)",
                (long long)jint(j, "integrity.mismatches", 0),
