@@ -113,6 +113,8 @@ ifeq ($(ARCH),x86_64)
 $(BUILD)/engine/kernels/%_avx2.o:   XFLAGS := -mavx2 -mfma -mf16c
 $(BUILD)/engine/kernels/%_avx512.o: XFLAGS := -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 $(BUILD)/engine/kernels/%_avxvnni.o: XFLAGS := -mavx2 -mfma -mf16c -mavxvnni
+$(BUILD)/common/xxh3_avx2.o:   XFLAGS := -mavx2
+$(BUILD)/common/xxh3_avx512.o: XFLAGS := -mavx2 -mavx512f
 endif
 
 ifneq ($(CROSS),)

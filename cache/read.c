@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include "common/xxh3.h"
 
 #include "common/log.h"
 #include "common/sys.h"
@@ -315,7 +316,7 @@ typedef struct vobj {
 /* Hash one blob: 0 good, 1 bad (wrong size or checksum), 2 missing. */
 static int verify_one(cache *c, const vobj *o, uint8_t *buf, uint64_t *bytes)
 {
-    XXH3_state_t *xs = XXH3_createState();
+    XXH3_state_t *xs = shoal_xxh3_new();
     XXH128_canonical_t can;
     uint64_t at = 0;
     int fd = open_blob(c, o->id), bad = 0;
@@ -324,10 +325,10 @@ static int verify_one(cache *c, const vobj *o, uint8_t *buf, uint64_t *bytes)
         int e = errno;
         if (fd >= 0)
             close(fd);
-        XXH3_freeState(xs);
+        shoal_xxh3_free(xs);
         return fd < 0 && e == ENOENT ? 2 : 1;
     }
-    XXH3_128bits_reset(xs);
+    shoal_xxh3_reset(xs);
     for (;;) {
         ssize_t k = pread(fd, buf, VERIFY_CHUNK, (off_t)at);
         if (k < 0 && errno == EINTR)
@@ -336,13 +337,13 @@ static int verify_one(cache *c, const vobj *o, uint8_t *buf, uint64_t *bytes)
             bad = k < 0;
             break;
         }
-        XXH3_128bits_update(xs, buf, (size_t)k);
+        shoal_xxh3_update(xs, buf, (size_t)k);
         at += (uint64_t)k;
     }
     close(fd);
     *bytes += at;
-    XXH128_canonicalFromHash(&can, XXH3_128bits_digest(xs));
-    XXH3_freeState(xs);
+    shoal_xxh3_digest(xs, can.digest);
+    shoal_xxh3_free(xs);
     if (bad || at != o->len || memcmp(can.digest, o->xxh, 16) != 0)
         return 1;
     return 0;

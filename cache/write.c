@@ -46,6 +46,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include "common/xxh3.h"
 
 #include "common/log.h"
 #include "common/platform.h"
@@ -129,7 +130,7 @@ static void writer_free(cache_writer *w, int keep_file)
     c->reserved -= w->len;
     c->reserved_disk -= cache_disk_len(c, w->len);
     writer_unlink_list(c, w);
-    XXH3_freeState(w->xs);
+    shoal_xxh3_free(w->xs);
     free(w->ext);
     free(w->etag);
     free(w->endpoint);
@@ -261,7 +262,7 @@ static int writer_resume(cache_writer *w, uint64_t id, uint64_t durable, shoal_e
             free(buf);
             return SHOAL_ENOTFOUND;
         }
-        XXH3_128bits_update(w->xs, buf, n);
+        shoal_xxh3_update(w->xs, buf, n);
         at += n;
     }
     free(buf);
@@ -371,13 +372,13 @@ int cache_write_begin_flags(cache *c, const cache_key *key, cache_kind kind,
         w->file = dup_or_null(names->file, &fail);
         w->tensor = dup_or_null(names->tensor, &fail);
     }
-    w->xs = XXH3_createState();
+    w->xs = shoal_xxh3_new();
     /* Reserve before anything can fail, so writer_free can give it back. */
     c->reserved += w->len;
     c->reserved_disk += cache_disk_len(c, w->len);
     w->next = c->writers;
     c->writers = w;
-    if (fail || !w->xs || XXH3_128bits_reset(w->xs) != XXH_OK) {
+    if (fail || !w->xs || shoal_xxh3_reset(w->xs) != 0) {
         writer_free(w, 0);
         return shoal_err_set(err, SHOAL_ENOMEM, "cache: out of memory");
     }
@@ -398,7 +399,7 @@ int cache_write_begin_flags(cache *c, const cache_key *key, cache_kind kind,
                 sqlite3_reset(s);
             }
             w->has_partial_row = 0;
-            XXH3_128bits_reset(w->xs);
+            shoal_xxh3_reset(w->xs);
             w->pos = 0;
             rc = writer_fresh(w, flags, err);
         }
@@ -424,7 +425,7 @@ static int prefix_write(cache_writer *w, const void *p, size_t n, shoal_err *err
 {
     if (cache_io_write_all(w->fd, p, n) != 0)
         return errno_fail(w, "write", err);
-    XXH3_128bits_update(w->xs, p, n);
+    shoal_xxh3_update(w->xs, p, n);
     w->pos += n;
     w->since_checkpoint += n;
     return 0;
@@ -449,7 +450,7 @@ static int prefix_absorb(cache_writer *w, shoal_err *err)
                 free(buf);
                 return errno_fail(w, "read back", err);
             }
-            XXH3_128bits_update(w->xs, buf, n);
+            shoal_xxh3_update(w->xs, buf, n);
             w->pos += n;
             w->since_checkpoint += n;
         }
@@ -647,7 +648,7 @@ int cache_write_commit(cache_writer *w, uint64_t *id_out, shoal_err *err)
     }
     close(w->fd);
     w->fd = -1;
-    XXH128_canonicalFromHash(&can, XXH3_128bits_digest(w->xs));
+    shoal_xxh3_digest(w->xs, can.digest);
     if (cache_blob_path(c, w->id, blob, sizeof blob)) {
         rc = shoal_err_set(err, SHOAL_ETOOBIG, "cache blob path too long");
         goto fail;
@@ -762,7 +763,7 @@ int cache_writer_adopt(cache_writer *w, cache_progress_fn fn, void *ctx, shoal_e
             rc = errno_fail(w, "read", err);
             break;
         }
-        XXH3_128bits_update(w->xs, buf, n);
+        shoal_xxh3_update(w->xs, buf, n);
         w->pos += n;
         if (fn && fn(ctx, w->pos, w->len) != 0) {
             w->state = W_FAILED;
@@ -780,7 +781,7 @@ int cache_writer_adopt(cache_writer *w, cache_progress_fn fn, void *ctx, shoal_e
 void cache_writer_xxh(const cache_writer *w, uint8_t out[16])
 {
     XXH128_canonical_t can;
-    XXH128_canonicalFromHash(&can, XXH3_128bits_digest(w->xs));
+    shoal_xxh3_digest(w->xs, can.digest);
     memcpy(out, can.digest, 16);
 }
 

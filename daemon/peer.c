@@ -65,6 +65,7 @@
 #include <unistd.h>
 
 #include <xxhash.h>
+#include "common/xxh3.h"
 
 #define PEER_READ_CHUNK   (4u << 20)
 #define PEER_MEMO_MAX     (1u << 17)   /* hashes remembered: 131,072 x 56 B */
@@ -259,12 +260,12 @@ static int ask_add(peer_job *j, conn *c, const getreq *g, uint16_t i)
  * chunks when *stop is set (SHOAL_ECANCELED). */
 static int range_xxh(int fd, uint64_t off, uint64_t len, uint8_t out[16], const _Atomic int *stop)
 {
-    XXH3_state_t *h = XXH3_createState();
+    XXH3_state_t *h = shoal_xxh3_new();
     uint8_t *buf = malloc(PEER_READ_CHUNK);
     int rc = h && buf ? 0 : SHOAL_ENOMEM;
 
     if (rc == 0) {
-        XXH3_128bits_reset(h);
+        shoal_xxh3_reset(h);
         for (uint64_t done = 0; rc == 0 && done < len; ) {
             size_t n = len - done < PEER_READ_CHUNK ? (size_t)(len - done) : PEER_READ_CHUNK;
             if (atomic_load(stop)) {
@@ -273,16 +274,16 @@ static int range_xxh(int fd, uint64_t off, uint64_t len, uint8_t out[16], const 
             }
             rc = shoal_pread_all(fd, buf, n, (off_t)(off + done));
             if (rc == 0)
-                XXH3_128bits_update(h, buf, n);
+                shoal_xxh3_update(h, buf, n);
             done += n;
         }
     }
     if (rc == 0) {
         XXH128_canonical_t cn;
-        XXH128_canonicalFromHash(&cn, XXH3_128bits_digest(h));
+        shoal_xxh3_digest(h, cn.digest);
         memcpy(out, cn.digest, 16);
     }
-    XXH3_freeState(h);
+    shoal_xxh3_free(h);
     free(buf);
     return rc;
 }

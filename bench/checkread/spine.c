@@ -33,6 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include "common/xxh3.h"
 
 #define READERS 4
 #define LAYERS 4
@@ -103,7 +104,7 @@ static void *hasher_main(void *arg)
         size_t a = h->done, b = h->avail;
         pthread_mutex_unlock(&h->mu);
         double t0 = bench_now();
-        XXH3_128bits_update(h->st, h->base + a, b - a);
+        shoal_xxh3_update(h->st, h->base + a, b - a);
         t0 = bench_now() - t0;
         pthread_mutex_lock(&h->mu);
         h->ns += (uint64_t)(t0 * 1e9);
@@ -120,7 +121,7 @@ static void layer_read(int rfd, uint8_t *dst, uint64_t off, size_t len, hasher *
     size_t got = 0;
     if (h) {
         pthread_mutex_lock(&h->mu);
-        XXH3_128bits_reset(h->st);
+        shoal_xxh3_reset(h->st);
         h->base = dst;
         h->avail = h->done = 0;
         pthread_mutex_unlock(&h->mu);
@@ -146,7 +147,7 @@ static void layer_read(int rfd, uint8_t *dst, uint64_t off, size_t len, hasher *
         while (h->done < h->avail)
             pthread_cond_wait(&h->cv, &h->mu);
         pthread_mutex_unlock(&h->mu);
-        XXH128_canonicalFromHash(&c, XXH3_128bits_digest(h->st));
+        shoal_xxh3_digest(h->st, c.digest);
         if (memcmp(c.digest, want, 16) != 0) {
             fprintf(stderr, "checkread: a streamed layer does not match its hash\n");
             exit(1);
@@ -159,7 +160,7 @@ static void layer_read(int rfd, uint8_t *dst, uint64_t off, size_t len, hasher *
 static double stream_once(int rfd, uint8_t *dst, size_t layer, const uint8_t (*xxh)[16],
                           int passes, uint64_t *check_ns)
 {
-    hasher h = { .st = XXH3_createState() };
+    hasher h = { .st = shoal_xxh3_new() };
     pthread_t th;
     double t0;
 
@@ -180,7 +181,7 @@ static double stream_once(int rfd, uint8_t *dst, size_t layer, const uint8_t (*x
         pthread_join(th, NULL);
     }
     *check_ns = h.ns;
-    XXH3_freeState(h.st);
+    shoal_xxh3_free(h.st);
     pthread_mutex_destroy(&h.mu);
     pthread_cond_destroy(&h.cv);
     return t0;
@@ -205,10 +206,10 @@ void bench_spine(int quick, int rounds)
     for (size_t i = 0; i < len; i++)
         buf[i] = (uint8_t)(i * 2654435761u >> 11);
     XXH128_canonical_t can;
-    XXH128_canonicalFromHash(&can, XXH3_128bits(buf, (size_t)len));
+    shoal_xxh3_once(buf, (size_t)len, can.digest);
     memcpy(want, can.digest, 16);
     for (int l = 1; l <= LAYERS; l++) {
-        XXH128_canonicalFromHash(&can, XXH3_128bits(buf + (size_t)l * layer, layer));
+        shoal_xxh3_once(buf + (size_t)l * layer, layer, can.digest);
         memcpy(xxh[l], can.digest, 16);
     }
     if (write(fd, buf, (size_t)len) != (ssize_t)len) {
@@ -232,8 +233,8 @@ void bench_spine(int quick, int rounds)
     }
     med = median(ratio, rounds);
     snprintf(base, sizeof base, "the pack's read unchecked (%d readers, 8 MiB parts, %s; "
-             "libxxhash %u, CPU %s)", READERS, direct ? "O_DIRECT" : "buffered",
-             XXH_versionNumber(), kernels_isa_name(kernels_init()));
+             "XXH3 %s, CPU %s)", READERS, direct ? "O_DIRECT" : "buffered",
+             shoal_xxh3_isa(), kernels_isa_name(kernels_init()));
     printf("spine pack load: %.3f s checked, %.3f s unchecked (%.2f vs %.2f GB/s): x%.3f\n",
            with[med], without[med], (double)len / with[med] / 1e9,
            (double)len / without[med] / 1e9, ratio[med]);
@@ -254,8 +255,8 @@ void bench_spine(int quick, int rounds)
     med = median(ratio, rounds);
     double per_layer_ms = (double)cns_sum / 1e6 / rounds / (passes * LAYERS);
     snprintf(base, sizeof base, "streamed layers read unchecked (%zu MiB layers, one reader, "
-             "%s; libxxhash %u, CPU %s)", layer >> 20, sdirect ? "O_DIRECT" : "buffered",
-             XXH_versionNumber(), kernels_isa_name(kernels_init()));
+             "%s; XXH3 %s, CPU %s)", layer >> 20, sdirect ? "O_DIRECT" : "buffered",
+             shoal_xxh3_isa(), kernels_isa_name(kernels_init()));
     printf("streamed layer: %.3f s checked, %.3f s unchecked for %d passes of %d layers: x%.3f "
            "(hash %.2f ms a %zu MiB layer, %.1f GB/s)\n", with[med], without[med], passes, LAYERS,
            ratio[med], per_layer_ms, layer >> 20, (double)layer / (per_layer_ms / 1e3) / 1e9);

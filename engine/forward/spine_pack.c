@@ -31,6 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include "common/xxh3.h"
 
 #include "common/buf.h"
 #include "common/sys.h"
@@ -112,7 +113,7 @@ static int w_write(spine_pack_writer *w, const void *p, size_t n, shoal_err *err
             return shoal_err_set(err, errno == ENOSPC ? SHOAL_ENOSPC : SHOAL_EIO,
                                  "spine pack: write failed at byte %llu: %s",
                                  (unsigned long long)w->pos, strerror(r < 0 ? errno : EIO));
-        XXH3_128bits_update(w->xs, b, (size_t)r);
+        shoal_xxh3_update(w->xs, b, (size_t)r);
         b += r;
         left -= (size_t)r;
         w->pos += (uint64_t)r;
@@ -198,14 +199,14 @@ int spine_pack_writer_new(const k3_config *c, engine_spine mode, const uint8_t *
     int rc;
 
     *out = NULL;
-    if (!w || !(w->xs = XXH3_createState())) {
+    if (!w || !(w->xs = shoal_xxh3_new())) {
         free(w);
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     }
     shoal_buf_init(&w->tab, 0);
     hdr = w->hdr;
     w->fd = -1;
-    XXH3_128bits_reset(w->xs);
+    shoal_xxh3_reset(w->xs);
     if (mode != ENGINE_SPINE_INT8 && mode != ENGINE_SPINE_INT4) {
         rc = shoal_err_set(err, SHOAL_EINVAL, "spine pack: only an int8 or int4 spine is packed");
         goto done;
@@ -306,7 +307,7 @@ int spine_pack_writer_finish(spine_pack_writer *w, uint8_t xxh128_out[16], shoal
                              w->next, w->n);
     if ((rc = w_pad(w, w->total, err)) != 0)
         return rc;
-    XXH128_canonicalFromHash(&can, XXH3_128bits_digest(w->xs));
+    shoal_xxh3_digest(w->xs, can.digest);
     memcpy(xxh128_out, can.digest, 16);
     return 0;
 }
@@ -315,7 +316,7 @@ void spine_pack_writer_free(spine_pack_writer *w)
 {
     if (!w)
         return;
-    XXH3_freeState(w->xs);
+    shoal_xxh3_free(w->xs);
     shoal_buf_free(&w->tab);
     free(w->e);
     free(w);

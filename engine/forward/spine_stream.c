@@ -47,6 +47,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include "common/xxh3.h"
 
 #include "common/platform.h"
 #include "common/sys.h"
@@ -232,7 +233,7 @@ static void *hasher_main(void *arg)
         s->h_busy = 1;
         pthread_mutex_unlock(&s->hmu);
         uint64_t t0 = shoal_now_ns();
-        XXH3_128bits_update(s->hst, s->h_base + a, b - a);
+        shoal_xxh3_update(s->hst, s->h_base + a, b - a);
         __atomic_add_fetch(&s->st.check_ns, shoal_now_ns() - t0, __ATOMIC_RELAXED);
         pthread_mutex_lock(&s->hmu);
         s->h_busy = 0;
@@ -265,7 +266,7 @@ static int region_read(spine_stream *s, int layer, int slot)
 
     if (check) {
         pthread_mutex_lock(&s->hmu);
-        XXH3_128bits_reset(s->hst);
+        shoal_xxh3_reset(s->hst);
         s->h_base = dst;
         s->h_done = s->h_avail = 0;
         pthread_mutex_unlock(&s->hmu);
@@ -293,7 +294,7 @@ static int region_read(spine_stream *s, int layer, int slot)
         while (s->h_done < s->h_avail || s->h_busy)
             pthread_cond_wait(&s->hcv, &s->hmu);
         pthread_mutex_unlock(&s->hmu);
-        XXH128_canonicalFromHash(&can, XXH3_128bits_digest(s->hst));
+        shoal_xxh3_digest(s->hst, can.digest);
         if (rc == 0 && memcmp(can.digest, l->xxh, 16) != 0)
             rc = SHOAL_ECORRUPT;
     }
@@ -602,7 +603,7 @@ void spine_stream_expect(spine_stream *s, int layer, const uint8_t xxh[16])
     pthread_mutex_lock(&s->mu);
     while (s->busy)                       /* not while the reader checks it */
         pthread_cond_wait(&s->cv, &s->mu);
-    if (!s->h_up && (s->hst = XXH3_createState()) != NULL) {
+    if (!s->h_up && (s->hst = shoal_xxh3_new()) != NULL) {
         pthread_mutex_init(&s->hmu, NULL);
         pthread_cond_init(&s->hcv, NULL);
         if (pthread_create(&s->hth, NULL, hasher_main, s) == 0) {
@@ -610,7 +611,7 @@ void spine_stream_expect(spine_stream *s, int layer, const uint8_t xxh[16])
         } else {
             pthread_mutex_destroy(&s->hmu);
             pthread_cond_destroy(&s->hcv);
-            XXH3_freeState(s->hst);
+            shoal_xxh3_free(s->hst);
             s->hst = NULL;
         }
     }
@@ -657,7 +658,7 @@ void spine_stream_free(spine_stream *s)
         pthread_join(s->hth, NULL);
         pthread_mutex_destroy(&s->hmu);
         pthread_cond_destroy(&s->hcv);
-        XXH3_freeState(s->hst);
+        shoal_xxh3_free(s->hst);
     }
     if (s->rfd >= 0 && s->rfd != s->fd)
         close(s->rfd);

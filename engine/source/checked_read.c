@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
+#include "common/xxh3.h"
 
 #include "common/client.h"
 
@@ -43,14 +44,14 @@ checked_read *checked_read_new(const uint8_t want[16], uint32_t nparts)
     if (!r)
         return NULL;
     pthread_mutex_init(&r->mu, NULL);
-    r->st = XXH3_createState();
+    r->st = shoal_xxh3_new();
     r->ptr = calloc(nparts ? nparts : 1, sizeof *r->ptr);
     r->len = calloc(nparts ? nparts : 1, sizeof *r->len);
     if (!r->st || !r->ptr || !r->len) {
         checked_read_free(r);
         return NULL;
     }
-    XXH3_128bits_reset(r->st);
+    shoal_xxh3_reset(r->st);
     memcpy(r->want, want, 16);
     r->nparts = nparts;
     return r;
@@ -61,7 +62,7 @@ void checked_read_free(checked_read *r)
     if (!r)
         return;
     if (r->st)
-        XXH3_freeState(r->st);
+        shoal_xxh3_free(r->st);
     pthread_mutex_destroy(&r->mu);
     free(r->ptr);
     free(r->len);
@@ -81,13 +82,13 @@ int checked_read_part(checked_read *r, uint32_t part, const uint8_t *p, size_t n
         uint32_t k = r->next;
         r->hashing = 1;
         pthread_mutex_unlock(&r->mu);
-        XXH3_128bits_update(r->st, r->ptr[k], r->len[k]);
+        shoal_xxh3_update(r->st, r->ptr[k], r->len[k]);
         pthread_mutex_lock(&r->mu);
         r->hashing = 0;
         r->next = k + 1;
         if (r->next == r->nparts) {
             XXH128_canonical_t can;
-            XXH128_canonicalFromHash(&can, XXH3_128bits_digest(r->st));
+            shoal_xxh3_digest(r->st, can.digest);
             r->result = memcmp(can.digest, r->want, 16) == 0 ? 1 : -1;
         }
     }

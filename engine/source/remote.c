@@ -37,6 +37,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include "common/xxh3.h"
 
 #include "common/buf.h"
 #include "common/client.h"
@@ -151,7 +152,7 @@ static int get_mapped_once(engine_remote *r, const shoal_key *keys, size_t n, sh
              * touch of the pages is the hash's, the use after finds them cached */
             XXH128_canonical_t can;
             shoal_view *v = &views[it.index];
-            XXH128_canonicalFromHash(&can, XXH3_128bits(v->data, (size_t)v->length));
+            shoal_xxh3_once(v->data, (size_t)v->length, can.digest);
             bad[it.index] = memcmp(can.digest, it.xxh128, 16) != 0;
             if (bad[it.index]) {
                 munmap(v->base, v->maplen);

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include <xxhash.h>
+#include "common/xxh3.h"
 
 #include "common/platform.h"
 #include "common/sys.h"
@@ -90,14 +91,14 @@ static void hash_one(res_hash *h, size_t k)
     uint64_t x0 = f0 > h->pos ? f0 : h->pos, x1 = f1 < h->end ? f1 : h->end;
 
     if (x1 > x0 && x0 == h->pos) {
-        XXH3_128bits_update(h->st, h->ptr[k] + (x0 - f0), (size_t)(x1 - x0));
+        shoal_xxh3_update(h->st, h->ptr[k] + (x0 - f0), (size_t)(x1 - x0));
         h->pos = x1;
     }
     for (size_t i = 0; i < h->nrg; i++) {     /* in file offsets, each in order */
         uint64_t r0 = h->rg[i].off, r1 = r0 + h->rg[i].len;
         uint64_t y0 = r0 > f0 ? r0 : f0, y1 = r1 < f1 ? r1 : f1;
         if (y1 > y0)
-            XXH3_128bits_update(h->rst[i], h->ptr[k] + (y0 - f0), (size_t)(y1 - y0));
+            shoal_xxh3_update(h->rst[i], h->ptr[k] + (y0 - f0), (size_t)(y1 - y0));
     }
 }
 
@@ -275,9 +276,9 @@ static int res_fill(spine_resident *r, int fd, uint8_t *buf, uint64_t start, siz
     res_hash h;
     int rc;
 
-    if (st && (!(save = XXH3_createState()) ||
+    if (st && (!(save = shoal_xxh3_new()) ||
                hash_new(&h, st, r->hash_pos, r->file_start + r->lead + r->length, j.len) != 0)) {
-        XXH3_freeState(save);
+        shoal_xxh3_free(save);
         return SHOAL_ENOMEM;
     }
     if (st) {
@@ -300,10 +301,10 @@ static int res_fill(spine_resident *r, int fd, uint8_t *buf, uint64_t start, siz
         if (st) {
             XXH3_copyState(st, save);
             for (size_t i = 0; i < nrg; i++)
-                XXH3_128bits_reset(rst[i]);
+                shoal_xxh3_reset(rst[i]);
             hash_free(&h);
             if (hash_new(&h, st, r->hash_pos, r->file_start + r->lead + r->length, j.len) != 0) {
-                XXH3_freeState(save);
+                shoal_xxh3_free(save);
                 return SHOAL_ENOMEM;
             }
             h.rg = rg;
@@ -321,7 +322,7 @@ static int res_fill(spine_resident *r, int fd, uint8_t *buf, uint64_t start, siz
     if (st) {
         r->hash_pos = h.pos;
         hash_free(&h);
-        XXH3_freeState(save);
+        shoal_xxh3_free(save);
     }
     return rc;
 }
@@ -348,9 +349,9 @@ int spine_resident_read_part(int fd, uint64_t off, uint64_t len, uint64_t fill,
         return shoal_err_set(err, SHOAL_EINVAL, "spine pack: %llu bytes",
                              (unsigned long long)len);
     if (want) {
-        if (!(out->hash = XXH3_createState()))
+        if (!(out->hash = shoal_xxh3_new()))
             return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
-        XXH3_128bits_reset(out->hash);
+        shoal_xxh3_reset(out->hash);
         memcpy(out->want, want, 16);
         out->hash_pos = off;
     }
@@ -420,7 +421,7 @@ int spine_resident_hash_rest(spine_resident *r, int fd, const spine_resident_ran
         return 0;                          /* unchecked */
     }
     for (size_t i = 0; rc == 0 && i < nrg; i++)
-        if (!(rst[i] = XXH3_createState()) || XXH3_128bits_reset(rst[i]) != XXH_OK)
+        if (!(rst[i] = shoal_xxh3_new()) || shoal_xxh3_reset(rst[i]) != 0)
             rc = SHOAL_ENOMEM;
     /* from the first range's start when it begins before the hash's
      * position (the block the resident part ends in) */
@@ -434,11 +435,11 @@ int spine_resident_hash_rest(spine_resident *r, int fd, const spine_resident_ran
                       &direct, rg, nrg, rst);
     for (size_t i = 0; rc == 0 && i < nrg; i++) {
         XXH128_canonical_t can;
-        XXH128_canonicalFromHash(&can, XXH3_128bits_digest(rst[i]));
+        shoal_xxh3_digest(rst[i], can.digest);
         memcpy(xxh[i], can.digest, 16);
     }
     for (size_t i = 0; rst && i < nrg; i++)
-        XXH3_freeState(rst[i]);
+        shoal_xxh3_free(rst[i]);
     free(rst);
     r->hash_ms += (double)(shoal_now_ns() - t0) / 1e6;
     if (rc != 0)
@@ -455,7 +456,7 @@ int spine_resident_check(const spine_resident *r)
         return 0;
     if (r->hash_pos != r->file_start + r->lead + r->length)
         return 0;
-    XXH128_canonicalFromHash(&can, XXH3_128bits_digest(r->hash));
+    shoal_xxh3_digest(r->hash, can.digest);
     return memcmp(can.digest, r->want, 16) == 0 ? 1 : -1;
 }
 
@@ -464,7 +465,7 @@ void spine_resident_free(spine_resident *r)
     if (!r)
         return;
     if (r->hash)
-        XXH3_freeState(r->hash);
+        shoal_xxh3_free(r->hash);
     r->hash = NULL;
     if (!r->base) {
         memset(r, 0, sizeof *r);
