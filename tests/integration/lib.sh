@@ -77,18 +77,23 @@ start_hubmock() {
     export HUB CDN
 }
 
-# spine_fixture: the cached-spine tests' start (test_spine_cache.sh,
-# test_integrity_spine.sh; $E is shoal-engine): tiny-k3 seed 3 as t/tiny on
-# hubmock (HF_ENDPOINT, log $T/hub.jsonl), shoald on $H logging to
-# $T/shoald.log, M and the prompt P, and the local run's ids and logits at
-# int8 ($T/o_local, $T/l_local) and int4 ($T/o_local4, $T/l_local4).
-spine_fixture() {
+# tiny_hub: tiny-k3 seed 3 in $T/m, served as t/tiny by hubmock
+# (HF_ENDPOINT, log $T/hub.jsonl); H=$T/home, M=hf://t/tiny and the prompt P.
+tiny_hub() {
     "$BIN/mkmodel" --preset tiny --seed 3 --out "$T/m" --quiet || fail "mkmodel"
     start_hubmock --repo t/tiny="$T/m" --log "$T/hub.jsonl"
     export HF_ENDPOINT=$HUB
     H=$T/home
     M=hf://t/tiny
     P=7,100,300,5,9,42,11,12,13,700,1
+}
+
+# spine_fixture: the cached-spine tests' start (test_spine_cache.sh,
+# test_integrity_spine.sh; $E is shoal-engine): tiny_hub, shoald on $H
+# logging to $T/shoald.log, and the local run's ids and logits at int8
+# ($T/o_local, $T/l_local) and int4 ($T/o_local4, $T/l_local4).
+spine_fixture() {
+    tiny_hub
     mkdir -p "$H"
     bg shoald "$BIN/shoald" --home "$H" --no-fsync --log "$T/shoald.log"
     wait_line "$T/shoald.log" 'ready on' 20 || fail "shoald did not start"

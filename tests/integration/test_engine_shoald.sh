@@ -10,12 +10,7 @@ source "$(dirname "$0")/lib.sh"
 E="$BIN/shoal-engine"
 [ -x "$E" ] && [ -x "$BIN/shoald" ] || skip "shoal-engine/shoald not built"
 
-"$BIN/mkmodel" --preset tiny --seed 3 --out "$T/m" --quiet || fail "mkmodel"
-start_hubmock --repo t/tiny="$T/m" --log "$T/hub.jsonl"
-export HF_ENDPOINT=$HUB
-H=$T/home
-M=hf://t/tiny
-P=7,100,300,5,9,42,11,12,13,700,1
+tiny_hub
 
 # ---- no daemon: the client's message -----------------------------------------------
 mkdir -p "$H"
