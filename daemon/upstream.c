@@ -255,6 +255,9 @@ static void commit_done(work *wk)
         j->rc = cache_write_commit(j->w, NULL, &j->err);   /* synced: renames and records */
     else
         cache_write_abort(j->w);
+    if (j->rc == SHOAL_ENOSPC)   /* as the session says it for a writer it cannot open */
+        shoal_err_wrap(&j->err, j->rc, "disk full or over the cache budget: free space or "
+                       "raise the budget");
     if (j->rc) {
         LOG_WARN("upstream", "storing %s [%llu+%llu]: %s", j->r->etag,
                  (unsigned long long)j->r->offset, (unsigned long long)j->r->length, j->err.msg);

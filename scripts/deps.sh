@@ -34,6 +34,8 @@ PC_PKGS=(libcurl sqlite3 libevent libevent_pthreads jansson libpcre2-8 cmocka
 # it, so it is not in PC_PKGS); systemd: systemd-analyze verifies the units
 # (no running systemd needed); man-db: `man -l` renders the man pages.
 APT_PKGS+=(libsystemd-dev systemd man-db)
+# strace: test_daemon_nosync.sh checks which thread of shoald syncs files.
+APT_PKGS+=(strace)
 # openmpi-bin, libopenmpi-dev: the optional `make MPI=1` build (mpicc) and
 # tests/integration/test_mpi.sh (mpirun); nothing else uses MPI (docs/mpi.md).
 APT_PKGS+=(openmpi-bin libopenmpi-dev)
